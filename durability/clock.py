@@ -1,0 +1,79 @@
+"""Time, injected.
+
+Every component that needs "now" takes a :class:`Clock`: any callable returning an aware UTC
+``datetime``. Tests and simulations pass a :class:`FrozenClock` and move it; nothing sleeps to
+test retention.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from durability.errors import ConfigError
+
+
+class Clock(Protocol):
+    """A source of the current time as an aware UTC datetime."""
+
+    def __call__(self) -> datetime: ...
+
+
+def system_clock() -> datetime:
+    """The wall clock, in UTC."""
+    return datetime.now(UTC)
+
+
+class FrozenClock:
+    """A clock that only moves when told to; thread-safe.
+
+    >>> clock = FrozenClock(datetime(2026, 1, 1, tzinfo=UTC))
+    >>> clock.advance(timedelta(days=3))
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = as_utc(start) if start is not None else system_clock()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, delta: timedelta) -> datetime:
+        """Move the clock forward (or back, with a negative delta) and return the new time."""
+        with self._lock:
+            self._now += delta
+            return self._now
+
+    def set(self, when: datetime) -> None:
+        """Jump to ``when``."""
+        with self._lock:
+            self._now = as_utc(when)
+
+    def __repr__(self) -> str:
+        return f"FrozenClock({self._now.isoformat()})"
+
+
+def as_utc(value: datetime) -> datetime:
+    """Return ``value`` converted to UTC; a naive datetime is refused, never guessed."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigError(
+            f"cannot use the naive datetime {value.isoformat()!r} as a time: "
+            "give it a timezone (e.g. datetime(..., tzinfo=UTC))"
+        )
+    return value.astimezone(UTC)
+
+
+def to_micros(value: datetime) -> int:
+    """Microseconds since the Unix epoch, exact (stores keep times as integers)."""
+    delta = as_utc(value) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int) -> datetime:
+    """The aware UTC datetime for ``value`` microseconds since the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

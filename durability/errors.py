@@ -1,0 +1,135 @@
+"""Every exception `durability` raises, in one place.
+
+Each class also derives from the built-in exception a caller would naturally catch, so
+``except KeyError`` still works for a missing checkpoint and ``except ValueError`` for a value
+the codec refuses. Every message names the action that was attempted, the offending value and
+what to do next. Secrets (API keys, passwords in URLs) never appear in a message.
+
+::
+
+    DurabilityError
+    ├── ConfigError (ValueError)               bad settings, URL, removed variable
+    │   └── RetentionError                     a declared retention the rules refuse
+    ├── CodecError (ValueError)                a value refused at write, or unreadable at read
+    ├── StoreError
+    │   ├── CheckpointNotFound (KeyError)
+    │   ├── CheckpointConflict                 a checkpoint id already stored in the thread
+    │   ├── InvalidIdError (ValueError)        an id the store cannot hold (empty, NUL)
+    │   ├── CheckpointStoreFormatError         the store holds another format generation
+    │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
+    │   ├── CheckpointDeleteError              a delete that stops making progress
+    │   ├── CapabilityError                    the store lacks an optional capability
+    │   ├── ParkRefused (ValueError)           a park the park rules refuse
+    │   └── LeaseError
+    │       ├── LeaseHeld                      another holder has a live lease
+    │       └── LeaseLost                      the caller's lease expired or was taken
+    ├── ReplicationError                       talking to the control plane
+    ├── RestoreError
+    ├── RunError
+    │   └── RunNotResumable
+    └── SweepError
+"""
+
+from __future__ import annotations
+
+
+class DurabilityError(Exception):
+    """Root of every error raised by `durability`."""
+
+
+class ConfigError(DurabilityError, ValueError):
+    """A setting, URL or environment variable that cannot be used."""
+
+
+class RetentionError(ConfigError):
+    """A declared retention that seed 004's rules refuse (longer than allowed, inconsistent)."""
+
+
+class CodecError(DurabilityError, ValueError):
+    """A value the codec refuses to write, or a stored value it cannot read back.
+
+    ``path`` names where in the value the problem is, e.g. ``state.items[3].when``.
+    """
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreError(DurabilityError):
+    """A checkpoint store operation failed."""
+
+
+class CheckpointNotFound(StoreError, KeyError):
+    """No checkpoint (or thread) matches the ids asked for."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointConflict(StoreError):
+    """A checkpoint id is already stored in the thread; stores never overwrite silently."""
+
+
+class InvalidIdError(StoreError, ValueError):
+    """An id the store cannot hold: empty where one is required, or containing NUL."""
+
+
+class CheckpointStoreFormatError(StoreError):
+    """The store was written in another format generation (seed 004 "The store format")."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The store's backend cannot be reached or dropped the connection mid-operation."""
+
+
+class CheckpointDeleteError(StoreError):
+    """Deleting a thread stopped making progress while writers kept adding to it."""
+
+
+class CapabilityError(StoreError):
+    """The store lacks an optional capability the operation needs."""
+
+
+class ParkRefused(StoreError, ValueError):
+    """A park the rules refuse: no deadline, past the waiting horizon, or a store that cannot hold one."""
+
+
+class LeaseError(StoreError):
+    """A run's lease on its thread could not be taken or kept."""
+
+
+class LeaseHeld(LeaseError):
+    """Another holder has a live lease on the thread."""
+
+
+class LeaseLost(LeaseError):
+    """The caller's lease expired or was taken over; the run must stop writing."""
+
+
+class ReplicationError(DurabilityError):
+    """Talking to the control plane failed.
+
+    ``retryable`` says whether the same request may succeed later; ``hint`` says what to do.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, hint: str = "") -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.hint = hint
+
+
+class RestoreError(DurabilityError):
+    """A restore from the plane was refused or failed."""
+
+
+class RunError(DurabilityError):
+    """The durable runner refused or failed an operation on a run."""
+
+
+class RunNotResumable(RunError):
+    """The run cannot be resumed (it completed, or has nothing to resume from)."""
+
+
+class SweepError(DurabilityError):
+    """The checkpoint sweep failed; nothing after the failure point was deleted."""
