@@ -1,7 +1,41 @@
-"""durability: the checkpoint layer of agent and workflow platforms, and a bundle to explain it."""
+"""durability: the checkpoint layer of agent and workflow platforms, and a bundle to explain it.
+
+``import durability`` stays light: stores, pandas, matplotlib, widgets and HTTP clients are
+imported where they are used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from durability._version import __version__
-from durability.model import Checkpoint, Deleted, Lease, OutboxEntry, Park, PendingWrite, ThreadRecord
+from durability.model import (
+    Checkpoint,
+    Deleted,
+    Lease,
+    OutboxEntry,
+    Park,
+    PendingWrite,
+    ThreadRecord,
+)
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+
+
+def open(url: str | None = None, **options: Any) -> Store:
+    """Open the checkpoint store at ``url`` (default: ``DURABILITY_URL``, else ``sqlite:///durability.db``).
+
+    Options: ``settings`` (a :class:`durability.settings.Settings`; default from the
+    environment), ``clock`` (a callable returning an aware UTC datetime) and provider options
+    such as ``single_worker=True`` (SQLite), ``schema=`` (Postgres) or ``prefix=`` (Redis).
+    """
+    from durability.settings import Settings
+    from durability.stores import open_store
+
+    settings = options.pop("settings", None) or Settings.from_env()
+    return open_store(url or settings.url, settings=settings, **options)
+
 
 __all__ = [
     "Checkpoint",
@@ -12,4 +46,5 @@ __all__ = [
     "PendingWrite",
     "ThreadRecord",
     "__version__",
+    "open",
 ]

@@ -1,0 +1,273 @@
+"""Benchmark durability.codec against LangGraph's JsonPlusSerializer, side by side.
+
+Run with ``.venv/bin/python benchmarks/bench_codec.py``. Two states are built
+deterministically: a rich ~2 KB state (datetime, Decimal, UUIDs, a set, bytes, a pydantic
+model, dataclasses) and a JSON-only ~2 KB chat-like state. For each state and serializer the
+script runs 3 repetitions of N iterations (N chosen so a dumps+loads run takes about a second)
+and reports medians. It prints a markdown table and writes it into the ``## Codec`` section of
+``benchmarks/RESULTS.md``, with a profile summary for any target it misses.
+
+Targets (dumps+loads ops/s, durability / JsonPlusSerializer): rich state >= 2x, chat state
+>= 0.3x.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import platform
+import pstats
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from durability import codec  # noqa: E402 - after the path is set
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HEADING = "## Codec"
+TARGETS = {"rich": 2.0, "chat": 0.3}
+REPETITIONS = 3
+RUN_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A step of a plan."""
+
+    name: str
+    tool: str
+    attempts: int = 0
+    done: bool = False
+
+
+@dataclass
+class Budget:
+    """A spend budget."""
+
+    limit_cents: int
+    spent_cents: int = 0
+    currency: str = "EUR"
+
+
+@dataclass
+class Plan:
+    """A plan made of steps."""
+
+    goal: str
+    steps: list[Step] = field(default_factory=list)
+    budget: Budget | None = None
+
+
+class Customer(BaseModel):
+    """A customer record, as a pydantic model."""
+
+    customer_id: str
+    name: str
+    email: str
+    tier: str = "standard"
+    since: datetime
+    tags: list[str] = []
+
+
+def rich_state() -> dict[str, Any]:
+    """A ~2 KB state full of values JSON has no form for."""
+    rng = random.Random(4)
+    uuids = [UUID(int=rng.getrandbits(128), version=4) for _ in range(5)]
+    steps = [
+        Step(name=f"step-{i}", tool=rng.choice(["search", "fetch", "summarise"]), attempts=i)
+        for i in range(4)
+    ]
+    return {
+        "run_id": str(uuids[0]),
+        "started_at": datetime(2026, 1, 1, 12, 30, 15, 250_000, tzinfo=UTC),
+        "total": Decimal("1234.5678"),
+        "request_ids": uuids,
+        "labels": {"urgent", "billing", "refund", "escalated"},
+        "attachment": bytes(rng.getrandbits(8) for _ in range(96)),
+        "customer": Customer(
+            customer_id="c-1029",
+            name="Ada Lovelace",
+            email="ada@example.com",
+            tier="gold",
+            since=datetime(2020, 5, 17, 9, 0, tzinfo=UTC),
+            tags=["vip", "analytics"],
+        ),
+        "plan": Plan(goal="refund the duplicate charge", steps=steps, budget=Budget(5000)),
+        "notes": [
+            {"author": "agent", "text": f"note {i}: " + "checked the ledger entries " * 3}
+            for i in range(6)
+        ],
+        "scores": [round(rng.random(), 6) for _ in range(20)],
+        "counters": {f"node_{i}": rng.randrange(100) for i in range(12)},
+    }
+
+
+def chat_state() -> dict[str, Any]:
+    """A JSON-only ~2 KB chat-like state: messages plus a context dict."""
+    rng = random.Random(5)
+    words = "the refund was issued to the card ending in four two and will arrive soon".split()
+    messages = [
+        {
+            "role": ("user", "assistant")[i % 2],
+            "content": " ".join(rng.choice(words) for _ in range(18)),
+            "name": ("ada", "helper")[i % 2],
+        }
+        for i in range(12)
+    ]
+    return {
+        "messages": messages,
+        "context": {
+            "thread_id": "t-8812",
+            "locale": "en-GB",
+            "turn": 12,
+            "flags": {"escalated": False, "vip": True},
+            "retrieved": [{"doc": f"kb-{i}", "score": 0.9 - i / 10} for i in range(5)],
+        },
+    }
+
+
+def _runner(kind: str) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    if kind == "durability":
+        return codec.dumps, codec.loads
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[Step, Budget, Plan, Customer])
+    return serde.dumps_typed, serde.loads_typed
+
+
+def _timed(n: int, op: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        op()
+    return time.perf_counter() - start
+
+
+def measure(kind: str, state: Any) -> dict[str, float]:
+    """Median dumps, loads and dumps+loads ops/s of one serializer on one state."""
+    dumps, loads = _runner(kind)
+    encoded = dumps(state)
+    if loads(encoded) != state:
+        raise SystemExit(f"{kind} does not round-trip the state")
+
+    def both() -> None:
+        loads(dumps(state))
+
+    probe = 200
+    n = max(probe, int(probe * RUN_SECONDS / _timed(probe, both)))
+    runs: dict[str, list[float]] = {"dumps": [], "loads": [], "both": []}
+    for _ in range(REPETITIONS):
+        runs["dumps"].append(n / _timed(n, lambda: dumps(state)))
+        runs["loads"].append(n / _timed(n, lambda: loads(encoded)))
+        runs["both"].append(n / _timed(n, both))
+    size = len(encoded.encode()) if isinstance(encoded, str) else len(encoded[1])
+    return {**{k: statistics.median(v) for k, v in runs.items()}, "bytes": size, "n": n}
+
+
+def profile_summary(state: Any, iterations: int = 3000, top: int = 12) -> str:
+    """Where durability's dumps+loads spends its time on ``state`` (cProfile, by tottime)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(iterations):
+        codec.loads(codec.dumps(state))
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [line for line in out.getvalue().splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    return "\n".join(lines[start:])
+
+
+def main() -> None:
+    """Run the benchmark, print the table and write it into RESULTS.md."""
+    states = {"rich": rich_state(), "chat": chat_state()}
+    rows = []
+    missed: list[str] = []
+    for name, state in states.items():
+        ours = measure("durability", state)
+        theirs = measure("jsonplus", state)
+        ratio = ours["both"] / theirs["both"]
+        met = ratio >= TARGETS[name]
+        if not met:
+            missed.append(name)
+        rows.append((name, ours, theirs, ratio, met))
+        print(f"{name}: {ratio:.2f}x (target {TARGETS[name]}x)", file=sys.stderr)
+
+    table = [
+        "| state | serializer | dumps ops/s | loads ops/s | dumps+loads ops/s | bytes |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, ours, theirs, _, _ in rows:
+        for label, r in (("durability.codec", ours), ("JsonPlusSerializer", theirs)):
+            table.append(
+                f"| {name} | {label} | {r['dumps']:,.0f} | {r['loads']:,.0f} "
+                f"| {r['both']:,.0f} | {r['bytes']:,.0f} |"
+            )
+    verdicts = [
+        f"- {name} state: {ratio:.2f}x JsonPlusSerializer (target >= {TARGETS[name]}x): "
+        + ("**met**" if met else "**missed**")
+        for name, _, _, ratio, met in rows
+    ]
+    section = [
+        HEADING,
+        "",
+        "Command: `.venv/bin/python benchmarks/bench_codec.py`",
+        "",
+        f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()}, "
+        f"orjson {version('orjson')}, langgraph {version('langgraph')}, "
+        f"langgraph-checkpoint {version('langgraph-checkpoint')}; {platform.machine()}.",
+        "",
+        f"Medians of {REPETITIONS} runs of N iterations (N sized for about "
+        f"{RUN_SECONDS:.0f} s of dumps+loads) in one process. JsonPlusSerializer is "
+        "`dumps_typed`/`loads_typed` with the state's classes in `allowed_msgpack_modules`. "
+        "The rich state holds a datetime, a Decimal, 5 UUIDs, a set, bytes, a pydantic model "
+        "and 6 dataclasses; the chat state is JSON only.",
+        "",
+        *table,
+        "",
+        *verdicts,
+    ]
+    for name in missed:
+        section += [
+            "",
+            f"Profile of durability.codec dumps+loads on the {name} state (cProfile, tottime):",
+            "",
+            "```",
+            profile_summary(states[name]),
+            "```",
+        ]
+    text = "\n".join(section) + "\n"
+    print(text)
+    write_section(text)
+
+
+def write_section(section: str) -> None:
+    """Replace (or append) only the ``## Codec`` section of RESULTS.md."""
+    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    lines = current.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == HEADING), None)
+    if start is None:
+        updated = current.rstrip("\n") + "\n\n" + section
+    else:
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+            len(lines),
+        )
+        tail = "".join(lines[end:])
+        updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
+    RESULTS.write_text(updated)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The ``durability`` command line: ``durability <noun> <verb>``.
+
+Each noun lives in its own module and registers its group or command below. Every command has
+``--help``; commands whose output is data take ``--json``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from durability._version import __version__
+from durability.cli import demo, store, threads
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="durability")
+def cli() -> None:
+    """Inspect, replicate, restore and sweep agent and workflow checkpoint stores.
+
+    A store is named by URL: sqlite:///path.db (the embedded default), memory://,
+    postgresql+psycopg://user@host/db, redis://host:6379/0. DURABILITY_URL sets the default.
+    """
+
+
+for module in (demo, store, threads):
+    module.register(cli)
+
+
+def main() -> None:
+    """Entry point of the ``durability`` script."""
+    cli(prog_name="durability")

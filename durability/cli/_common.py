@@ -1,0 +1,84 @@
+"""What every CLI command shares: opening a store, printing tables and JSON, mapping errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import click
+
+from durability.errors import DurabilityError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+url_argument = click.argument("url", envvar="DURABILITY_URL", metavar="URL")
+
+
+@contextmanager
+def friendly_errors() -> Iterator[None]:
+    """Show a durability error as one line on stderr and exit 1, instead of a traceback."""
+    try:
+        yield
+    except DurabilityError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def open_store(url: str, **options: Any) -> Any:
+    """Open ``url`` with settings from the environment (refusing removed variables)."""
+    import durability
+
+    return durability.open(url, **options)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON for CLI output: datetimes as ISO 8601, durations as seconds."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)
+
+
+def print_json(value: Any) -> None:
+    """Write ``value`` as indented JSON to stdout."""
+    click.echo(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False))
+
+
+def cell(value: Any, width: int = 40) -> str:
+    """One table cell: short, single-line text."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+    elif isinstance(value, timedelta):
+        from durability.settings import format_duration
+
+        text = format_duration(value)
+    else:
+        text = str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print rows as an aligned text table."""
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    click.echo(line.rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    if not rows:
+        click.echo("(none)", err=sys.stderr.isatty())

@@ -1,0 +1,56 @@
+"""Checkpoint stores, chosen by URL scheme and imported only when used.
+
+=====================================  ==========================================
+URL                                    provider
+=====================================  ==========================================
+``memory://`` / ``memory://name``      in-process (a fresh store, or one per name)
+``sqlite:///path.db``                  SQLite file, the embedded default
+``postgresql+psycopg://…``             Postgres (``postgresql://`` works too)
+``redis://…`` / ``rediss://…``         Redis 7, no modules
+=====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from durability.errors import ConfigError
+from durability.stores.base import Capabilities, Store, ThreadPage, redact_url
+
+#: URL scheme (the part before ``://``, before any ``+driver``) → ``module:Class``.
+PROVIDERS: dict[str, str] = {
+    "memory": "durability.stores.memory:MemoryStore",
+    "sqlite": "durability.stores.sql:SQLStore",
+    "postgresql": "durability.stores.sql:SQLStore",
+    "postgres": "durability.stores.sql:SQLStore",
+    "redis": "durability.stores.redis:RedisStore",
+    "rediss": "durability.stores.redis:RedisStore",
+}
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """Open the store at ``url``; ``options`` go to the provider (``settings``, ``clock``, …).
+
+    Nothing is read or written until the store is first used: the format generation is
+    checked then (seed 004: a deployment that never uses its store never runs the check).
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigError(
+            f"cannot open a store at {url!r}: give a URL such as sqlite:///durability.db, "
+            "memory://, postgresql+psycopg://user@host/db or redis://localhost:6379/0"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    target = PROVIDERS.get(scheme) or PROVIDERS.get(scheme.split("+", 1)[0])
+    if target is None:
+        raise ConfigError(
+            f"cannot open a store at {redact_url(url)}: unknown scheme {scheme!r}; "
+            f"use one of {', '.join(sorted(PROVIDERS))}"
+        )
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    store: Store = cls(url, **options)
+    return store
+
+
+__all__ = ["PROVIDERS", "Capabilities", "Store", "ThreadPage", "open_store"]

@@ -1,0 +1,913 @@
+"""The store contract every provider implements.
+
+A provider implements a small set of primitives (the abstract ``_``-methods and the ledger,
+park and delete operations that must be atomic in the backend); everything a caller uses is
+built on them here, once: id validation, encoding through the codec, filling ids and times,
+the park rules and the lazy format-generation check. A refused operation is refused here,
+before the backend is touched, so it leaves the store as it was.
+
+Optional capabilities are declared in :class:`Capabilities`. The outbox (replication) is one:
+a store whose outbox primitives raise :class:`~durability.errors.CapabilityError` simply does
+not replicate, which is never an error for its callers (seed 000 "Custom checkpointers").
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Self
+
+from durability import codec
+from durability.clock import Clock, system_clock
+from durability.errors import (
+    CapabilityError,
+    CheckpointNotFound,
+    CheckpointStoreFormatError,
+    InvalidIdError,
+    ParkRefused,
+)
+from durability.model import (
+    INTERRUPTED,
+    STEP_HITL_PAUSE,
+    Checkpoint,
+    Deleted,
+    Lease,
+    OutboxEntry,
+    Park,
+    PendingWrite,
+    ThreadRecord,
+)
+from durability.settings import Retention, Settings, check_park_deadline, due_at
+
+#: The store format generation this version writes (seed 004 "The store format").
+FORMAT_GENERATION = 1
+
+#: Longest id a store accepts; longer ones are refused before anything is written.
+MAX_ID_LENGTH = 65_536
+
+#: An outbox row's identity: the thread and the checkpoint's ``seq``.
+RowKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a provider can do beyond the base contract.
+
+    * ``shared``: readable by any worker on any host (postgres, redis).
+    * ``sweeps_waiting``: the sweep deletes threads idle past their waiting horizon
+      (postgres, sqlite); elsewhere a key TTL (redis) or the process lifetime (memory) does.
+    * ``ttl``: every write re-applies the thread's waiting retention as a key TTL (redis).
+    * ``replicates``: keeps an outbox the replication drain can send to a plane.
+    * ``can_park``: may hold a parked run (a shared store, or SQLite opened with
+      ``single_worker=True``).
+    """
+
+    shared: bool = False
+    sweeps_waiting: bool = False
+    ttl: bool = False
+    replicates: bool = False
+    can_park: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPage:
+    """One page of :meth:`Store.threads`; pass ``cursor`` back for the next page (``None``: done)."""
+
+    records: list[ThreadRecord]
+    cursor: str | None
+
+
+@dataclass(slots=True)
+class EncodedCheckpoint:
+    """A checkpoint as stores keep it: scalar fields plus codec-encoded payload texts."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    run_id: str
+    parent_checkpoint_id: str | None
+    runner: str
+    agent_id: str | None
+    agent_path: str | None
+    node_id: str
+    step: int
+    step_type: str | None
+    status: str
+    iteration: int
+    interrupt_reason: str | None
+    created_at: datetime
+    project_id: str
+    state: str
+    node_input: str
+    node_output: str
+    iteration_counters: str
+    interrupt_context: str
+    metadata: str
+    size_bytes: int
+    seq: int | None = None
+
+    @classmethod
+    def encode(cls, cp: Checkpoint) -> EncodedCheckpoint:
+        """Encode ``cp`` (ids and ``created_at`` already filled); refusals name the field."""
+        texts = {
+            "state": codec.dumps(cp.state, path="state"),
+            "node_input": codec.dumps(cp.node_input, path="node_input"),
+            "node_output": codec.dumps(cp.node_output, path="node_output"),
+            "iteration_counters": codec.dumps(cp.iteration_counters, path="iteration_counters"),
+            "interrupt_context": codec.dumps(cp.interrupt_context, path="interrupt_context"),
+            "metadata": codec.dumps(cp.metadata, path="metadata"),
+        }
+        assert cp.created_at is not None
+        return cls(
+            thread_id=cp.thread_id,
+            namespace=cp.namespace,
+            checkpoint_id=cp.checkpoint_id,
+            run_id=cp.run_id,
+            parent_checkpoint_id=cp.parent_checkpoint_id,
+            runner=cp.runner,
+            agent_id=cp.agent_id,
+            agent_path=cp.agent_path,
+            node_id=cp.node_id,
+            step=cp.step,
+            step_type=cp.step_type,
+            status=cp.status,
+            iteration=cp.iteration,
+            interrupt_reason=cp.interrupt_reason,
+            created_at=cp.created_at,
+            project_id=cp.project_id,
+            size_bytes=sum(len(t.encode("utf-8", "surrogatepass")) for t in texts.values()),
+            **texts,
+        )
+
+    def decode(self) -> Checkpoint:
+        """The checkpoint this row holds; a payload that cannot be read back fails the read."""
+        return Checkpoint(
+            thread_id=self.thread_id,
+            namespace=self.namespace,
+            checkpoint_id=self.checkpoint_id,
+            run_id=self.run_id,
+            parent_checkpoint_id=self.parent_checkpoint_id,
+            runner=self.runner,
+            agent_id=self.agent_id,
+            agent_path=self.agent_path,
+            node_id=self.node_id,
+            step=self.step,
+            step_type=self.step_type,
+            status=self.status,
+            iteration=self.iteration,
+            interrupt_reason=self.interrupt_reason,
+            created_at=self.created_at,
+            project_id=self.project_id,
+            state=codec.loads(self.state, path="state"),
+            node_input=codec.loads(self.node_input, path="node_input"),
+            node_output=codec.loads(self.node_output, path="node_output"),
+            iteration_counters=codec.loads(self.iteration_counters, path="iteration_counters"),
+            interrupt_context=codec.loads(self.interrupt_context, path="interrupt_context"),
+            metadata=codec.loads(self.metadata, path="metadata"),
+            seq=self.seq,
+            size_bytes=self.size_bytes,
+        )
+
+
+@dataclass(slots=True)
+class EncodedWrite:
+    """A pending write as stores keep it (``value`` codec-encoded)."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    value: str
+    task_path: str
+
+    def decode(self) -> PendingWrite:
+        """The pending write this row holds."""
+        return PendingWrite(
+            thread_id=self.thread_id,
+            namespace=self.namespace,
+            checkpoint_id=self.checkpoint_id,
+            task_id=self.task_id,
+            idx=self.idx,
+            channel=self.channel,
+            value=codec.loads(self.value, path=f"writes[{self.task_id!r}, {self.idx}]"),
+            task_path=self.task_path,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """A store's record that it replicates a project to a plane (no secret is kept)."""
+
+    project_id: str
+    target: str
+    connected_at: datetime
+
+
+def check_id(value: object, what: str, *, action: str, allow_empty: bool = False) -> str:
+    """Refuse an id a store cannot hold: not a string, empty, containing NUL, or huge."""
+    if not isinstance(value, str):
+        raise InvalidIdError(
+            f"cannot {action}: {what} must be a string, got {type(value).__name__}; pass str(value)"
+        )
+    if not value and not allow_empty:
+        raise InvalidIdError(f"cannot {action}: {what} is empty; give a non-empty id")
+    if "\x00" in value:
+        raise InvalidIdError(
+            f"cannot {action}: {what} {_short(value)} contains a NUL character, which no store "
+            "can index; remove it (NUL is fine inside state)"
+        )
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(
+            f"cannot {action}: {what} is {len(value)} characters, over the {MAX_ID_LENGTH}-character "
+            "limit; use a shorter id (a hash of the long one, say)"
+        )
+    return value
+
+
+def _short(value: str, limit: int = 60) -> str:
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"… ({len(value)} chars)"
+
+
+class Store(ABC):
+    """A checkpoint store. Open one with :func:`durability.open`; use it as a context manager.
+
+    Every public method validates its arguments before touching the backend, so a refused
+    call leaves the store unchanged. The format generation is checked lazily, on first use.
+    """
+
+    #: Provider name: ``memory``, ``sqlite``, ``postgres``, ``redis``.
+    provider: str = ""
+    capabilities: Capabilities = Capabilities()
+
+    def __init__(
+        self, *, url: str, settings: Settings | None = None, clock: Clock | None = None
+    ) -> None:
+        self.url = url
+        self.settings = settings if settings is not None else Settings.from_env()
+        self.clock: Clock = clock if clock is not None else system_clock
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {redact_url(self.url)}>"
+
+    def close(self) -> None:  # noqa: B027 - providers without resources need nothing
+        """Release connections. The store may not be used afterwards."""
+
+    def ready(self) -> None:
+        """Set up the backend and check its format generation, once (idempotent).
+
+        A store holding checkpoints written in another generation, or with no recorded
+        generation, is refused with :class:`CheckpointStoreFormatError`.
+        """
+        if self._ready:
+            return
+        with self._ready_lock:
+            if self._ready:
+                return
+            self._setup()
+            generation = self._read_generation()
+            if generation is None:
+                if self._has_any_checkpoint():
+                    raise self._format_error("holds checkpoints but records no format generation")
+                self._write_generation(FORMAT_GENERATION)
+            elif generation != FORMAT_GENERATION:
+                raise self._format_error(f"was written in format generation {generation}")
+            self._ready = True
+
+    def _format_error(self, what: str) -> CheckpointStoreFormatError:
+        return CheckpointStoreFormatError(
+            f"cannot use the checkpoint store {redact_url(self.url)}: it {what}, and this version "
+            f"reads generation {FORMAT_GENERATION}; reset the checkpoint store before starting "
+            f"this version: durability store reset {redact_url(self.url)}"
+        )
+
+    def reset(self) -> None:
+        """Delete everything the store holds and record the current format generation."""
+        self._setup()
+        self._wipe()
+        self._write_generation(FORMAT_GENERATION)
+        self._ready = True
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def put(self, checkpoint: Checkpoint, *, synced: bool = False) -> Checkpoint:
+        """Store ``checkpoint`` and return the stored copy (``seq``, ``size_bytes`` filled).
+
+        An empty ``checkpoint_id`` gets a fresh UUID and a missing ``created_at`` the store's
+        clock. An id already stored in the thread and namespace raises
+        :class:`~durability.errors.CheckpointConflict`. ``synced=True`` writes the row as
+        already replicated (a restore writes what the plane already has).
+        """
+        return self.put_many([checkpoint], synced=synced)[0]
+
+    def put_many(
+        self, checkpoints: Sequence[Checkpoint], *, synced: bool = False
+    ) -> list[Checkpoint]:
+        """Store several checkpoints in one transaction, in order: all or none."""
+        self.ready()
+        rows = [self._prepare(cp, action="put a checkpoint") for cp in checkpoints]
+        if not rows:
+            return []
+        seqs = self._insert(rows, synced=synced)
+        return [self._stored(cp_row, seq) for cp_row, seq in zip(rows, seqs, strict=True)]
+
+    def _prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
+        check_id(cp.thread_id, "thread_id", action=action)
+        check_id(cp.namespace, "namespace", action=action, allow_empty=True)
+        check_id(cp.checkpoint_id, "checkpoint_id", action=action, allow_empty=True)
+        check_id(cp.run_id, "run_id", action=action, allow_empty=True)
+        check_id(cp.project_id, "project_id", action=action, allow_empty=True)
+        if cp.parent_checkpoint_id is not None:
+            check_id(
+                cp.parent_checkpoint_id, "parent_checkpoint_id", action=action, allow_empty=True
+            )
+        filled = cp.evolve(
+            checkpoint_id=cp.checkpoint_id or str(uuid.uuid4()),
+            created_at=cp.created_at if cp.created_at is not None else self.clock(),
+            seq=None,
+            size_bytes=None,
+        )
+        return EncodedCheckpoint.encode(filled)
+
+    @staticmethod
+    def _stored(row: EncodedCheckpoint, seq: int) -> Checkpoint:
+        row.seq = seq
+        return row.decode()
+
+    def latest(self, thread_id: str, namespace: str = "") -> Checkpoint | None:
+        """The last checkpoint written in the thread and namespace (highest ``seq``), or ``None``."""
+        self._check_thread(thread_id, namespace, "read the latest checkpoint")
+        self.ready()
+        row = self._latest(thread_id, namespace)
+        return None if row is None else row.decode()
+
+    def get(self, thread_id: str, checkpoint_id: str, namespace: str = "") -> Checkpoint:
+        """One checkpoint by id; :class:`~durability.errors.CheckpointNotFound` if absent."""
+        self._check_thread(thread_id, namespace, "read a checkpoint")
+        check_id(checkpoint_id, "checkpoint_id", action="read a checkpoint")
+        self.ready()
+        row = self._get(thread_id, namespace, checkpoint_id)
+        if row is None:
+            raise CheckpointNotFound(
+                f"no checkpoint {_short(checkpoint_id)} in thread {_short(thread_id)}"
+                + (f" namespace {_short(namespace)}" if namespace else "")
+                + f" of {redact_url(self.url)}; list the thread with `durability threads show`"
+            )
+        return row.decode()
+
+    def history(
+        self,
+        thread_id: str,
+        namespace: str | None = "",
+        *,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[Checkpoint]:
+        """The thread's checkpoints, oldest first (``seq`` order).
+
+        ``namespace=None`` returns every namespace; ``after_seq`` and ``limit`` page.
+        """
+        self._check_thread(thread_id, namespace or "", "read a thread's history")
+        self.ready()
+        return [row.decode() for row in self._history(thread_id, namespace, after_seq, limit)]
+
+    def has_thread(self, thread_id: str) -> bool:
+        """Whether the store holds any checkpoint of the thread."""
+        self._check_thread(thread_id, "", "look up a thread")
+        self.ready()
+        return self._latest_any(thread_id) is not None
+
+    def put_writes(self, writes: Sequence[PendingWrite]) -> None:
+        """Store pending writes with LangGraph's rules.
+
+        A regular write (``idx >= 0``) keeps the first value stored for its
+        ``(thread, namespace, checkpoint, task_id, idx)``; a special-channel write
+        (``idx < 0``) overwrites.
+        """
+        self.ready()
+        rows = []
+        for w in writes:
+            action = "store a pending write"
+            self._check_thread(w.thread_id, w.namespace, action)
+            check_id(w.checkpoint_id, "checkpoint_id", action=action)
+            check_id(w.task_id, "task_id", action=action, allow_empty=True)
+            check_id(w.channel, "channel", action=action, allow_empty=True)
+            check_id(w.task_path, "task_path", action=action, allow_empty=True)
+            rows.append(
+                EncodedWrite(
+                    thread_id=w.thread_id,
+                    namespace=w.namespace,
+                    checkpoint_id=w.checkpoint_id,
+                    task_id=w.task_id,
+                    idx=w.idx,
+                    channel=w.channel,
+                    value=codec.dumps(w.value, path=f"writes[{w.task_id!r}, {w.idx}]"),
+                    task_path=w.task_path,
+                )
+            )
+        if rows:
+            self._insert_writes(rows)
+
+    def writes(self, thread_id: str, checkpoint_id: str, namespace: str = "") -> list[PendingWrite]:
+        """The pending writes against a checkpoint, in write order."""
+        self._check_thread(thread_id, namespace, "read pending writes")
+        check_id(checkpoint_id, "checkpoint_id", action="read pending writes")
+        self.ready()
+        return [row.decode() for row in self._writes(thread_id, namespace, checkpoint_id)]
+
+    def threads(self, *, cursor: str | None = None, limit: int = 1000) -> ThreadPage:
+        """One page of threads with their ledger records and checkpoint totals."""
+        if limit < 1:
+            raise InvalidIdError(f"cannot list threads: limit={limit} must be at least 1")
+        self.ready()
+        return self._thread_page(cursor, limit)
+
+    def iter_threads(self, *, page_size: int = 1000) -> Iterator[ThreadRecord]:
+        """Every thread, page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.threads(cursor=cursor, limit=page_size)
+            yield from page.records
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    def thread(self, thread_id: str) -> ThreadRecord | None:
+        """The thread's ledger record and totals, or ``None`` if the store knows nothing of it."""
+        self._check_thread(thread_id, "", "look up a thread")
+        self.ready()
+        return self._thread_record(thread_id)
+
+    def delete_thread(self, thread_id: str) -> Deleted:
+        """Remove every checkpoint, pending write, park, ledger record and outbox row of the thread."""
+        self._check_thread(thread_id, "", "delete a thread")
+        self.ready()
+        return self._delete_thread(thread_id)
+
+    # ------------------------------------------------------------------ ledger
+
+    def record_run_start(
+        self,
+        thread_id: str,
+        *,
+        run_id: str,
+        owner: str,
+        retention: Retention | None = None,
+    ) -> ThreadRecord:
+        """Record a run starting on the thread: its owner and declared retention.
+
+        A later run on the same thread replaces the declared retention (seed 004). This does
+        not touch the finished mark; consumers call :meth:`unmark_finished` themselves.
+        """
+        action = "record a run start"
+        self._check_thread(thread_id, "", action)
+        check_id(run_id, "run_id", action=action, allow_empty=True)
+        check_id(owner, "owner", action=action, allow_empty=True)
+        self.ready()
+        self._ledger_start(thread_id, run_id, owner, retention or Retention(), self.clock())
+        record = self._thread_record(thread_id)
+        assert record is not None
+        return record
+
+    def mark_finished(self, thread_id: str) -> ThreadRecord:
+        """Put the thread in the finished set, due from the retention in force now."""
+        self._check_thread(thread_id, "", "mark a thread finished")
+        self.ready()
+        now = self.clock()
+        record = self._thread_record(thread_id)
+        declared = retention_of(record)
+        self._ledger_mark(thread_id, now, due_at(self.settings, declared, now))
+        marked = self._thread_record(thread_id)
+        assert marked is not None
+        return marked
+
+    def unmark_finished(self, thread_id: str) -> None:
+        """Take the thread out of the finished set (a no-op if it is not in it)."""
+        self._check_thread(thread_id, "", "unmark a finished thread")
+        self.ready()
+        self._ledger_unmark(thread_id)
+
+    def acquire_lease(
+        self, thread_id: str, holder: str, ttl: timedelta, *, run_id: str = ""
+    ) -> Lease:
+        """Take the thread's lease for ``ttl``; :class:`~durability.errors.LeaseHeld` if another holds a live one.
+
+        The same holder may take it again (that renews it).
+        """
+        action = "take a lease"
+        self._check_thread(thread_id, "", action)
+        check_id(holder, "lease holder", action=action)
+        _check_positive(ttl, "lease ttl", action)
+        self.ready()
+        now = self.clock()
+        return self._lease_acquire(thread_id, holder, run_id, now, now + ttl)
+
+    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta) -> Lease:
+        """Extend the caller's lease; :class:`~durability.errors.LeaseLost` if it is not theirs any more."""
+        action = "renew a lease"
+        self._check_thread(thread_id, "", action)
+        check_id(holder, "lease holder", action=action)
+        _check_positive(ttl, "lease ttl", action)
+        self.ready()
+        now = self.clock()
+        return self._lease_renew(thread_id, holder, now, now + ttl)
+
+    def release_lease(self, thread_id: str, holder: str) -> None:
+        """Drop the caller's lease (a no-op if it is not theirs)."""
+        self._check_thread(thread_id, "", "release a lease")
+        check_id(holder, "lease holder", action="release a lease")
+        self.ready()
+        self._lease_release(thread_id, holder)
+
+    # ------------------------------------------------------------------ parks
+
+    def park(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        deadline: datetime | None,
+        reason: str = "",
+        context: Any = None,
+    ) -> tuple[Checkpoint, Park]:
+        """Park a run: store its interrupted checkpoint and its pending park, atomically.
+
+        Refused before anything is written when the store cannot hold a park, when the ask has
+        no deadline, when the deadline is past the thread's waiting horizon, or when the
+        thread already has a pending park.
+        """
+        self.ready()
+        return self._park_with(
+            checkpoint, deadline=deadline, reason=reason, context=context, source="declared"
+        )
+
+    def _park_with(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        deadline: datetime | None,
+        reason: str,
+        context: Any,
+        source: str,
+        synced: bool = False,
+    ) -> tuple[Checkpoint, Park]:
+        thread_id = checkpoint.thread_id
+        self._check_can_park(thread_id)
+        self._check_thread(thread_id, checkpoint.namespace, "park a run")
+        now = self.clock()
+        check_park_deadline(
+            self.settings,
+            retention_of(self._thread_record(thread_id)),
+            thread_id=thread_id,
+            now=now,
+            deadline=deadline,
+        )
+        assert deadline is not None
+        context = {} if context is None else context
+        cp = checkpoint.evolve(
+            status=INTERRUPTED,
+            step_type=checkpoint.step_type or STEP_HITL_PAUSE,
+            interrupt_reason=reason,
+            interrupt_context=context,
+        )
+        row = self._prepare(cp, action="park a run")
+        park = Park(
+            thread_id=thread_id,
+            deadline=deadline,
+            run_id=cp.run_id,
+            checkpoint_id=row.checkpoint_id,
+            node_id=cp.node_id,
+            runner=cp.runner,
+            reason=reason,
+            context=context,
+            created_at=row.created_at,
+            deadline_source=source,
+        )
+        seq = self._insert_park(row, park, synced=synced)
+        return self._stored(row, seq), park
+
+    def _check_can_park(self, thread_id: str) -> None:
+        if not self.capabilities.can_park:
+            hint = (
+                "open it with single_worker=True if the worker that resumes runs on this host"
+                if self.provider == "sqlite"
+                else "use a shared store (postgres or redis) for runs that park"
+            )
+            raise ParkRefused(
+                f"refusing to park thread {_short(thread_id)}: the {self.provider} store "
+                f"{redact_url(self.url)} cannot hold a parked run (a paused run must be readable "
+                f"by whichever worker resumes it); {hint}"
+            )
+
+    def claim_park(self, thread_id: str) -> Park | None:
+        """Atomically take the thread's pending park: exactly one of any number of claimers gets it."""
+        self._check_thread(thread_id, "", "claim a park")
+        self.ready()
+        return self._claim_park(thread_id)
+
+    def get_park(self, thread_id: str) -> Park | None:
+        """The thread's pending park, or ``None``."""
+        self._check_thread(thread_id, "", "read a park")
+        self.ready()
+        return self._get_park(thread_id)
+
+    def parks(self) -> list[Park]:
+        """Every pending park, oldest deadline first."""
+        self.ready()
+        return sorted(self._parks(), key=lambda p: p.deadline)
+
+    # ------------------------------------------------------------------ outbox (optional)
+
+    def fetch_unsynced(
+        self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
+    ) -> list[Checkpoint]:
+        """The oldest un-replicated checkpoints (write order), at most ``limit`` rows.
+
+        ``max_bytes`` caps the batch by ``size_bytes`` (the first row always fits);
+        ``project_id`` limits it to one project.
+        """
+        self.ready()
+        return [row.decode() for row in self._fetch_unsynced(limit, max_bytes, project_id)]
+
+    def mark_synced(self, keys: Iterable[RowKey]) -> None:
+        """Record that the plane has these rows (idempotent)."""
+        self.ready()
+        self._mark_synced(list(keys), self.clock())
+
+    def mark_quarantined(self, reasons: Mapping[RowKey, str]) -> None:
+        """Record rows the plane refused on payload grounds, with its reason (idempotent)."""
+        self.ready()
+        self._mark_quarantined(dict(reasons), self.clock())
+
+    def record_attempt(self, keys: Iterable[RowKey], error: str | None) -> None:
+        """Count one send attempt on these rows, with the error it met (``None``: it went through)."""
+        self.ready()
+        self._record_attempt(list(keys), error)
+
+    def release(self, keys: Iterable[RowKey] | None = None) -> int:
+        """Put quarantined rows back in the outbox (all of them when ``keys`` is ``None``)."""
+        self.ready()
+        return self._release(None if keys is None else list(keys))
+
+    def outbox(
+        self,
+        *,
+        state: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[OutboxEntry]:
+        """Outbox entries (no payloads) in write order; ``state`` is pending, synced or quarantined."""
+        if state not in (None, "pending", "synced", "quarantined"):
+            raise InvalidIdError(
+                f"cannot list the outbox: state={state!r} is not one of pending, synced, quarantined"
+            )
+        if thread_id is not None:
+            self._check_thread(thread_id, "", "list the outbox")
+        self.ready()
+        return self._outbox(state, project_id, thread_id, after_seq, limit)
+
+    def record_connection(self, project_id: str, target: str) -> None:
+        """Record that this store replicates ``project_id`` to ``target`` (never the key)."""
+        check_id(project_id, "project_id", action="record a connection", allow_empty=True)
+        self.ready()
+        self._record_connection(Connection(project_id, target, self.clock()))
+
+    def forget_connection(self, project_id: str) -> None:
+        """Remove the record of a connection."""
+        self.ready()
+        self._forget_connection(project_id)
+
+    def connections(self) -> list[Connection]:
+        """The projects this store replicates, as recorded by connected processes."""
+        self.ready()
+        return self._connections()
+
+    @property
+    def replicates(self) -> bool:
+        """Whether some process recorded a connection for this store."""
+        return self.capabilities.replicates and bool(self.connections())
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _check_thread(thread_id: str, namespace: str, action: str) -> None:
+        check_id(thread_id, "thread_id", action=action)
+        check_id(namespace, "namespace", action=action, allow_empty=True)
+
+    def _no_outbox(self) -> CapabilityError:
+        return CapabilityError(
+            f"the {self.provider or type(self).__name__} store keeps no outbox, so it does not replicate"
+        )
+
+    # ------------------------------------------------------------------ primitives
+
+    @abstractmethod
+    def _setup(self) -> None:
+        """Create or migrate the backend's structures; idempotent and safe to race."""
+
+    @abstractmethod
+    def _read_generation(self) -> int | None: ...
+
+    @abstractmethod
+    def _write_generation(self, generation: int) -> None: ...
+
+    @abstractmethod
+    def _has_any_checkpoint(self) -> bool: ...
+
+    @abstractmethod
+    def _wipe(self) -> None:
+        """Delete every record the store holds."""
+
+    @abstractmethod
+    def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
+        """Insert rows atomically and return their ``seq``; refuse all on a duplicate id."""
+
+    @abstractmethod
+    def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None: ...
+
+    @abstractmethod
+    def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
+        """The last checkpoint of the thread in any namespace."""
+
+    @abstractmethod
+    def _get(
+        self, thread_id: str, namespace: str, checkpoint_id: str
+    ) -> EncodedCheckpoint | None: ...
+
+    @abstractmethod
+    def _history(
+        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
+    ) -> list[EncodedCheckpoint]: ...
+
+    @abstractmethod
+    def _insert_writes(self, rows: list[EncodedWrite]) -> None: ...
+
+    @abstractmethod
+    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]: ...
+
+    @abstractmethod
+    def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage: ...
+
+    @abstractmethod
+    def _thread_record(self, thread_id: str) -> ThreadRecord | None: ...
+
+    @abstractmethod
+    def _delete_thread(self, thread_id: str) -> Deleted: ...
+
+    @abstractmethod
+    def _ledger_start(
+        self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
+    ) -> None: ...
+
+    @abstractmethod
+    def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None: ...
+
+    @abstractmethod
+    def _ledger_unmark(self, thread_id: str) -> None: ...
+
+    @abstractmethod
+    def _lease_acquire(
+        self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        """Atomically take the lease unless another holder's lease is live at ``now``."""
+
+    @abstractmethod
+    def _lease_renew(
+        self, thread_id: str, holder: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        """Atomically extend the lease if ``holder`` still holds it."""
+
+    @abstractmethod
+    def _lease_release(self, thread_id: str, holder: str) -> None: ...
+
+    @abstractmethod
+    def _insert_park(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
+        """Insert the interrupted checkpoint and its park atomically; refuse if a park exists."""
+
+    @abstractmethod
+    def _claim_park(self, thread_id: str) -> Park | None: ...
+
+    @abstractmethod
+    def _get_park(self, thread_id: str) -> Park | None: ...
+
+    @abstractmethod
+    def _parks(self) -> list[Park]: ...
+
+    # Outbox primitives: optional. The defaults say the store does not replicate.
+
+    def _fetch_unsynced(
+        self, limit: int, max_bytes: int | None, project_id: str | None
+    ) -> list[EncodedCheckpoint]:
+        raise self._no_outbox()
+
+    def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
+        raise self._no_outbox()
+
+    def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
+        raise self._no_outbox()
+
+    def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
+        raise self._no_outbox()
+
+    def _release(self, keys: list[RowKey] | None) -> int:
+        raise self._no_outbox()
+
+    def _outbox(
+        self,
+        state: str | None,
+        project_id: str | None,
+        thread_id: str | None,
+        after_seq: int | None,
+        limit: int | None,
+    ) -> list[OutboxEntry]:
+        raise self._no_outbox()
+
+    def _record_connection(self, connection: Connection) -> None:
+        raise self._no_outbox()
+
+    def _forget_connection(self, project_id: str) -> None:
+        raise self._no_outbox()
+
+    def _connections(self) -> list[Connection]:
+        return []
+
+
+def conflict_message(thread_id: str, namespace: str, checkpoint_id: str) -> str:
+    """The refusal for a checkpoint id already stored in the thread."""
+    where = f"thread {thread_id[:80]!r}" + (f" namespace {namespace[:80]!r}" if namespace else "")
+    return (
+        f"cannot put checkpoint {checkpoint_id[:80]!r}: {where} already holds a checkpoint with "
+        "that id, and stores never overwrite; give the new checkpoint a fresh id (or leave it empty)"
+    )
+
+
+def lease_held_message(thread_id: str, current: Lease) -> str:
+    """The refusal for a lease another holder has."""
+    return (
+        f"cannot take the lease on thread {thread_id[:80]!r}: {current.holder!r} holds it until "
+        f"{current.expires_at.isoformat()} (run {current.run_id!r}); wait for that run to end or "
+        "its lease to expire"
+    )
+
+
+def lease_lost_message(thread_id: str, holder: str, current: Lease | None) -> str:
+    """The refusal for renewing a lease the caller no longer holds."""
+    now_held = f"{current.holder!r} holds it now" if current else "nobody holds it now"
+    return (
+        f"cannot renew the lease on thread {thread_id[:80]!r} for {holder!r}: the lease was lost "
+        f"({now_held}); stop this run, it may be running elsewhere"
+    )
+
+
+def park_exists_message(thread_id: str) -> str:
+    """The refusal for a second park on a thread."""
+    return (
+        f"refusing to park thread {thread_id[:80]!r}: it already has a pending park; resume or "
+        "claim that one first"
+    )
+
+
+def _check_positive(value: timedelta, what: str, action: str) -> None:
+    if value <= timedelta(0):
+        raise InvalidIdError(f"cannot {action}: {what} {value} must be positive")
+
+
+def retention_of(record: ThreadRecord | None) -> Retention | None:
+    """The declared retention recorded in a thread's ledger record, if any."""
+    if record is None or (record.declared_waiting is None and record.declared_finished is None):
+        return None
+    return Retention(waiting=record.declared_waiting, finished=record.declared_finished)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (URLs appear in messages and reprs)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    netloc, slash, path = rest.partition("/")
+    userinfo, _, host = netloc.rpartition("@")
+    user, colon, _password = userinfo.partition(":")
+    masked = f"{user}:***" if colon else user
+    return f"{scheme}://{masked}@{host}{slash}{path}"

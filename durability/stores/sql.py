@@ -1,0 +1,1172 @@
+"""The SQL store: one SQLAlchemy Core implementation for SQLite and Postgres.
+
+* SQLite (``sqlite:///path.db``, the embedded default): WAL journal, a busy timeout, and
+  ``BEGIN IMMEDIATE`` for every write so concurrent writers (threads or processes) queue
+  instead of failing half-way. ``synchronous=NORMAL`` by default: a committed checkpoint
+  survives the process being killed; on power loss the last commits may roll back (pass
+  ``synchronous="FULL"`` to fsync every commit).
+* Postgres (``postgresql+psycopg://…``, ``?schema=name`` optional): a pooled engine with
+  pre-ping so a dropped connection is replaced before it is used.
+
+Both keep state as TEXT (Postgres JSONB cannot hold ``\\u0000``), index long ids through a
+128-bit hash (a Postgres btree entry is capped near 2.7 KB, and a 10 KB id must work), take
+exclusive claims with ``DELETE … RETURNING``, and evolve through the ordered, recorded,
+additive :data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.errors` in
+:meth:`SQLStore._errors`, the one boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection as SAConnection
+from sqlalchemy.engine import Engine
+
+from durability import codec
+from durability.clock import from_micros, to_micros
+from durability.errors import (
+    CheckpointConflict,
+    ConfigError,
+    LeaseHeld,
+    LeaseLost,
+    ParkRefused,
+    StoreError,
+    StoreUnavailable,
+)
+from durability.model import Deleted, Lease, OutboxEntry, Park, ThreadRecord
+from durability.settings import Retention
+from durability.stores.base import (
+    Capabilities,
+    Connection,
+    EncodedCheckpoint,
+    EncodedWrite,
+    RowKey,
+    Store,
+    ThreadPage,
+    conflict_message,
+    lease_held_message,
+    lease_lost_message,
+    park_exists_message,
+    redact_url,
+)
+
+# ---------------------------------------------------------------------------- schema
+
+metadata = sa.MetaData()
+_BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+_KEY = sa.String(32)
+
+meta_table = sa.Table(
+    "durability_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+migrations_table = sa.Table(
+    "durability_migrations",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("applied_at", sa.BigInteger, nullable=False),
+)
+
+_OUTBOX_COLUMNS = ("synced", "sync_error", "attempts", "last_error", "synced_at")
+
+
+def _checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
+    """The checkpoints table; ``outbox=False`` is its shape before migration 2."""
+    columns = [
+        sa.Column("seq", _BIGINT, primary_key=True, autoincrement=True),
+        sa.Column("tkey", _KEY, nullable=False),
+        sa.Column("ckey", _KEY, nullable=False),
+        sa.Column("thread_id", sa.Text, nullable=False),
+        sa.Column("namespace", sa.Text, nullable=False),
+        sa.Column("checkpoint_id", sa.Text, nullable=False),
+        sa.Column("run_id", sa.Text, nullable=False),
+        sa.Column("parent_checkpoint_id", sa.Text),
+        sa.Column("runner", sa.Text, nullable=False),
+        sa.Column("agent_id", sa.Text),
+        sa.Column("agent_path", sa.Text),
+        sa.Column("node_id", sa.Text, nullable=False),
+        sa.Column("step", sa.BigInteger, nullable=False),
+        sa.Column("step_type", sa.Text),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("iteration", sa.BigInteger, nullable=False),
+        sa.Column("interrupt_reason", sa.Text),
+        sa.Column("created_at", sa.BigInteger, nullable=False),
+        sa.Column("project_id", sa.Text, nullable=False),
+        sa.Column("state", sa.Text, nullable=False),
+        sa.Column("node_input", sa.Text, nullable=False),
+        sa.Column("node_output", sa.Text, nullable=False),
+        sa.Column("iteration_counters", sa.Text, nullable=False),
+        sa.Column("interrupt_context", sa.Text, nullable=False),
+        sa.Column("metadata", sa.Text, nullable=False),
+        sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    ]
+    if outbox:
+        columns += [
+            sa.Column("synced", sa.Boolean(create_constraint=False), nullable=False),
+            sa.Column("sync_error", sa.Text),
+            sa.Column("attempts", sa.Integer, nullable=False),
+            sa.Column("last_error", sa.Text),
+            sa.Column("synced_at", sa.BigInteger),
+        ]
+    # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
+    table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
+    sa.Index("ix_durability_checkpoints_thread", table.c.tkey, table.c.seq)
+    sa.Index("ix_durability_checkpoints_ckey", table.c.ckey, unique=True)
+    return table
+
+
+checkpoints = _checkpoint_table(metadata, outbox=True)
+
+writes = sa.Table(
+    "durability_writes",
+    metadata,
+    sa.Column("id", _BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("wkey", _KEY, nullable=False, unique=True),
+    sa.Column("tkey", _KEY, nullable=False),
+    sa.Column("ckey", _KEY, nullable=False),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("checkpoint_id", sa.Text, nullable=False),
+    sa.Column("task_id", sa.Text, nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),
+    sa.Column("channel", sa.Text, nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("task_path", sa.Text, nullable=False),
+)
+
+threads = sa.Table(
+    "durability_threads",
+    metadata,
+    sa.Column("tkey", _KEY, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text),
+    sa.Column("run_id", sa.Text),
+    sa.Column("started_at", sa.BigInteger),
+    sa.Column("declared_waiting", sa.BigInteger),
+    sa.Column("declared_finished", sa.BigInteger),
+    sa.Column("finished_at", sa.BigInteger),
+    sa.Column("due_at", sa.BigInteger),
+    sa.Column("lease_holder", sa.Text),
+    sa.Column("lease_run_id", sa.Text),
+    sa.Column("lease_acquired_at", sa.BigInteger),
+    sa.Column("lease_expires_at", sa.BigInteger),
+)
+
+parks = sa.Table(
+    "durability_parks",
+    metadata,
+    sa.Column("tkey", _KEY, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("checkpoint_id", sa.Text, nullable=False),
+    sa.Column("node_id", sa.Text, nullable=False),
+    sa.Column("runner", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("deadline", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger),
+    sa.Column("deadline_source", sa.Text, nullable=False),
+)
+
+connections = sa.Table(
+    "durability_connections",
+    metadata,
+    sa.Column("project_id", sa.String(512), primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("connected_at", sa.BigInteger, nullable=False),
+)
+
+_not_synced = sa.not_(checkpoints.c.synced)
+_quarantined = checkpoints.c.sync_error.isnot(None)
+_OUTBOX_INDEXES = (
+    sa.Index(
+        "ix_durability_outbox",
+        checkpoints.c.seq,
+        sqlite_where=_not_synced,
+        postgresql_where=_not_synced,
+    ),
+    sa.Index(
+        "ix_durability_outbox_project",
+        checkpoints.c.project_id,
+        checkpoints.c.seq,
+        sqlite_where=_not_synced,
+        postgresql_where=_not_synced,
+    ),
+    sa.Index(
+        "ix_durability_quarantine",
+        checkpoints.c.seq,
+        sqlite_where=_quarantined,
+        postgresql_where=_quarantined,
+    ),
+)
+sa.Index("ix_durability_writes_ckey", writes.c.ckey)
+sa.Index("ix_durability_writes_thread", writes.c.tkey)
+sa.Index("ix_durability_threads_due", threads.c.due_at)
+
+
+def _migration_base(conn: SAConnection) -> None:
+    """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet)."""
+    for table in (meta_table, writes, threads, parks):
+        table.create(conn, checkfirst=True)
+    _checkpoint_table(sa.MetaData(), outbox=False).create(conn, checkfirst=True)
+
+
+def _migration_outbox(conn: SAConnection) -> None:
+    """Version 2: the outbox columns; rows written before it count as already synced.
+
+    Like seed 000's v13 upgrade: connecting an existing store does not back-push history,
+    only checkpoints written afterwards replicate.
+    """
+    existing = {
+        c["name"] for c in sa.inspect(conn).get_columns(checkpoints.name, schema=_schema_of(conn))
+    }
+    for name, ddl in (
+        ("synced", "BOOLEAN NOT NULL DEFAULT TRUE"),
+        ("sync_error", "TEXT"),
+        ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+        ("last_error", "TEXT"),
+        ("synced_at", "BIGINT"),
+    ):
+        if name not in existing:
+            _add_column(conn, checkpoints, name, ddl)
+    # New rows are inserted with synced = false explicitly; the TRUE default marks old rows.
+    connections.create(conn, checkfirst=True)
+    for index in _OUTBOX_INDEXES:
+        index.create(conn, checkfirst=True)
+
+
+def _add_column(conn: SAConnection, table: sa.Table, name: str, ddl: str) -> None:
+    quote = conn.dialect.identifier_preparer.quote
+    schema = _schema_of(conn)
+    target = f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+    guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
+    conn.exec_driver_sql(f"ALTER TABLE {target} ADD COLUMN {guard}{name} {ddl}")
+
+
+def _schema_of(conn: SAConnection) -> str | None:
+    translate = conn.get_execution_options().get("schema_translate_map") or {}
+    schema: str | None = translate.get(None)
+    return schema
+
+
+#: The ordered, additive migrations; the index + 1 is the version recorded in the store.
+MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
+    ("base tables", _migration_base),
+    ("outbox columns", _migration_outbox),
+)
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def _hash(*parts: str) -> str:
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
+
+
+def thread_key(thread_id: str) -> str:
+    """The indexed 128-bit hash of a thread id."""
+    return _hash(thread_id)
+
+
+def checkpoint_key(thread_id: str, namespace: str, checkpoint_id: str) -> str:
+    """The indexed hash that makes a checkpoint id unique within its thread and namespace."""
+    return _hash(thread_id, namespace, checkpoint_id)
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else to_micros(value)
+
+
+def _time(value: int | None) -> datetime | None:
+    return None if value is None else from_micros(value)
+
+
+def _duration(value: timedelta | None) -> int | None:
+    return None if value is None else value // timedelta(microseconds=1)
+
+
+def _delta(value: int | None) -> timedelta | None:
+    return None if value is None else timedelta(microseconds=value)
+
+
+# ---------------------------------------------------------------------------- the store
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Options:
+    schema: str | None = None
+    synchronous: str = "NORMAL"
+    busy_timeout_ms: int = 30_000
+    pool_size: int = 5
+    max_overflow: int = 10
+
+
+class SQLStore(Store):
+    """Checkpoints in SQLite or Postgres through SQLAlchemy Core.
+
+    Options: ``single_worker`` (SQLite only: allow parks, promising that the worker that
+    resumes runs on this host), ``schema`` (Postgres), ``synchronous`` (SQLite: ``NORMAL`` or
+    ``FULL``), ``busy_timeout_ms`` (SQLite), ``pool_size`` / ``max_overflow`` (Postgres),
+    ``engine`` (an existing SQLAlchemy engine to use instead of building one).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        single_worker: bool = False,
+        schema: str | None = None,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 30_000,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        engine: Engine | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(url=url, **kwargs)
+        sa_url = sa.make_url(_driver_url(url))
+        schema = schema or sa_url.query.get("schema")  # type: ignore[assignment]
+        sa_url = sa_url.difference_update_query(["schema"])
+        self.provider = "sqlite" if sa_url.get_backend_name() == "sqlite" else "postgres"
+        if self.provider == "sqlite" and schema:
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: a SQLite store has no schemas; drop schema={schema!r}"
+            )
+        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: schema {schema!r} is not a plain SQL identifier "
+                "(letters, digits and _, not starting with a digit, at most 63 characters)"
+            )
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA", "OFF"):
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: synchronous={synchronous!r} is not NORMAL, FULL, EXTRA or OFF"
+            )
+        if single_worker and self.provider != "sqlite":
+            raise ConfigError(
+                f"cannot open {redact_url(url)} with single_worker=True: that option is for SQLite; "
+                "a Postgres store already holds parks for any worker"
+            )
+        self.options = _Options(
+            schema, synchronous.upper(), busy_timeout_ms, pool_size, max_overflow
+        )
+        shared = self.provider == "postgres"
+        self.capabilities = Capabilities(
+            shared=shared, sweeps_waiting=True, replicates=True, can_park=shared or single_worker
+        )
+        self._engine = engine if engine is not None else self._build_engine(sa_url)
+        if schema:
+            self._engine = self._engine.execution_options(schema_translate_map={None: schema})
+
+    def _build_engine(self, sa_url: sa.URL) -> Engine:
+        if self.provider == "sqlite":
+            database = sa_url.database or ""
+            if database in ("", ":memory:"):
+                raise ConfigError(
+                    f"cannot open {redact_url(self.url)}: give a file path (sqlite:///path.db); "
+                    "for an in-process store use memory://"
+                )
+            engine = sa.create_engine(sa_url, pool_size=4, max_overflow=16)
+            sa.event.listen(engine, "connect", self._on_sqlite_connect)
+            sa.event.listen(engine, "begin", _on_sqlite_begin)
+            return engine
+        return sa.create_engine(
+            sa_url,
+            pool_size=self.options.pool_size,
+            max_overflow=self.options.max_overflow,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+        )
+
+    def _on_sqlite_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        # Hand transaction control to the "begin" listener, so writes can BEGIN IMMEDIATE.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {self.options.synchronous}")
+        cursor.close()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """The one boundary where driver errors become :mod:`durability.errors`."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sa_exc.IntegrityError as exc:
+            raise StoreError(
+                f"cannot {action} in {redact_url(self.url)}: the database refused it ({_driver_message(exc)})"
+            ) from exc
+        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
+            raise StoreUnavailable(
+                f"cannot {action}: the database {redact_url(self.url)} is unavailable ({_driver_message(exc)}); "
+                "check that it is running and reachable, then retry"
+            ) from exc
+        except sa_exc.DBAPIError as exc:
+            raise StoreError(
+                f"cannot {action} in {redact_url(self.url)}: {_driver_message(exc)}"
+            ) from exc
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[SAConnection]:
+        with self._errors(action), self._engine.connect() as conn:
+            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self, action: str) -> Iterator[SAConnection]:
+        with self._errors(action), self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    @property
+    def _insert_stmt(self) -> Any:
+        return sqlite_dialect.insert if self.provider == "sqlite" else pg_dialect.insert
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup(self) -> None:
+        with self._write("set up the store") as conn:
+            if self.provider == "postgres":
+                # Serialise concurrent setups of the same schema.
+                conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                    {"k": _advisory_key(self.options.schema)},
+                )
+                if self.options.schema:
+                    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
+            migrations_table.create(conn, checkfirst=True)
+            applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
+            for version, (name, migrate) in enumerate(MIGRATIONS, start=1):
+                if version not in applied:
+                    migrate(conn)
+                    conn.execute(
+                        migrations_table.insert().values(
+                            version=version, name=name, applied_at=to_micros(self.clock())
+                        )
+                    )
+
+    def applied_migrations(self) -> list[int]:
+        """The migration versions recorded in the store."""
+        with self._read("read the migrations") as conn:
+            return sorted(conn.execute(sa.select(migrations_table.c.version)).scalars())
+
+    def _read_generation(self) -> int | None:
+        with self._read("read the format generation") as conn:
+            value = conn.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "format_generation")
+            ).scalar()
+        return None if value is None else int(value)
+
+    def _write_generation(self, generation: int) -> None:
+        with self._write("record the format generation") as conn:
+            conn.execute(
+                self._insert_stmt(meta_table)
+                .values(key="format_generation", value=str(generation))
+                .on_conflict_do_update(index_elements=["key"], set_={"value": str(generation)})
+            )
+
+    def _has_any_checkpoint(self) -> bool:
+        with self._read("look for checkpoints") as conn:
+            return conn.execute(sa.select(checkpoints.c.seq).limit(1)).first() is not None
+
+    def _wipe(self) -> None:
+        with self._write("reset the store") as conn:
+            for table in (checkpoints, writes, threads, parks, connections, meta_table):
+                conn.execute(table.delete())
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
+        with self._write("put a checkpoint") as conn:
+            return self._insert_rows(conn, rows, synced)
+
+    def _insert_rows(
+        self, conn: SAConnection, rows: list[EncodedCheckpoint], synced: bool
+    ) -> list[int]:
+        values = [_row_values(r, synced) for r in rows]
+        try:
+            if len(values) == 1:
+                return [int(conn.execute(_INSERT_ONE, values[0]).scalar_one())]
+            return [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
+        except sa_exc.IntegrityError as exc:
+            # The unique hash of (thread, namespace, id): stores never overwrite a checkpoint.
+            first = rows[0]
+            message = conflict_message(first.thread_id, first.namespace, first.checkpoint_id)
+            if len(rows) > 1:
+                message = (
+                    f"one of {len(rows)} checkpoints was refused, nothing was written: " + message
+                )
+            raise CheckpointConflict(message) from exc
+
+    def _select_rows(self) -> sa.Select[Any]:
+        return sa.select(*_ROW_COLUMNS)
+
+    def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
+        query = (
+            self._select_rows()
+            .where(*_thread(thread_id), checkpoints.c.namespace == namespace)
+            .order_by(checkpoints.c.seq.desc())
+            .limit(1)
+        )
+        with self._read("read the latest checkpoint") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _encoded(row)
+
+    def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
+        query = (
+            self._select_rows()
+            .where(*_thread(thread_id))
+            .order_by(checkpoints.c.seq.desc())
+            .limit(1)
+        )
+        with self._read("read the latest checkpoint") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _encoded(row)
+
+    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
+        query = self._select_rows().where(
+            checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            checkpoints.c.thread_id == thread_id,
+            checkpoints.c.namespace == namespace,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+        with self._read("read a checkpoint") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _encoded(row)
+
+    def _history(
+        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
+    ) -> list[EncodedCheckpoint]:
+        query = self._select_rows().where(*_thread(thread_id)).order_by(checkpoints.c.seq)
+        if namespace is not None:
+            query = query.where(checkpoints.c.namespace == namespace)
+        if after_seq is not None:
+            query = query.where(checkpoints.c.seq > after_seq)
+        if limit is not None:
+            query = query.limit(limit)
+        with self._read("read a thread's history") as conn:
+            return [_encoded(r) for r in conn.execute(query)]
+
+    def _insert_writes(self, rows: list[EncodedWrite]) -> None:
+        regular = [_write_values(w) for w in rows if w.idx >= 0]
+        special = [_write_values(w) for w in rows if w.idx < 0]
+        with self._write("store pending writes") as conn:
+            if regular:
+                conn.execute(
+                    self._insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
+                    regular,
+                )
+            if special:
+                stmt = self._insert_stmt(writes)
+                conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["wkey"],
+                        set_={
+                            "channel": stmt.excluded.channel,
+                            "value": stmt.excluded.value,
+                            "task_path": stmt.excluded.task_path,
+                        },
+                    ),
+                    special,
+                )
+
+    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
+        query = (
+            sa.select(
+                writes.c.thread_id,
+                writes.c.namespace,
+                writes.c.checkpoint_id,
+                writes.c.task_id,
+                writes.c.idx,
+                writes.c.channel,
+                writes.c.value,
+                writes.c.task_path,
+            )
+            .where(
+                writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+                writes.c.thread_id == thread_id,
+                writes.c.namespace == namespace,
+                writes.c.checkpoint_id == checkpoint_id,
+            )
+            .order_by(writes.c.id)
+        )
+        with self._read("read pending writes") as conn:
+            return [EncodedWrite(*r) for r in conn.execute(query)]
+
+    # ------------------------------------------------------------------ threads
+
+    def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
+        after = cursor or ""
+        from_checkpoints = (
+            sa.select(checkpoints.c.tkey)
+            .where(checkpoints.c.tkey > after)
+            .group_by(checkpoints.c.tkey)
+            .order_by(checkpoints.c.tkey)
+            .limit(limit)
+        )
+        from_ledger = (
+            sa.select(threads.c.tkey)
+            .where(threads.c.tkey > after)
+            .order_by(threads.c.tkey)
+            .limit(limit)
+        )
+        with self._read("list threads") as conn:
+            keys = sorted(
+                set(conn.execute(from_checkpoints).scalars())
+                | set(conn.execute(from_ledger).scalars())
+            )[:limit]
+            records = self._records(conn, keys)
+        next_cursor = keys[-1] if len(keys) == limit else None
+        return ThreadPage(records, next_cursor)
+
+    def _records(self, conn: SAConnection, keys: list[str]) -> list[ThreadRecord]:
+        if not keys:
+            return []
+        totals = {
+            (r.tkey, r.thread_id): r
+            for r in conn.execute(
+                sa.select(
+                    checkpoints.c.tkey,
+                    checkpoints.c.thread_id,
+                    sa.func.count().label("n"),
+                    sa.func.sum(checkpoints.c.size_bytes).label("size"),
+                    sa.func.max(checkpoints.c.created_at).label("newest_at"),
+                    sa.func.max(checkpoints.c.seq).label("newest_seq"),
+                )
+                .where(checkpoints.c.tkey.in_(keys))
+                .group_by(checkpoints.c.tkey, checkpoints.c.thread_id)
+            )
+        }
+        ledger = {
+            (r.tkey, r.thread_id): r
+            for r in conn.execute(sa.select(threads).where(threads.c.tkey.in_(keys)))
+        }
+        return [
+            _record(thread_id, totals.get((k, thread_id)), ledger.get((k, thread_id)))
+            for k, thread_id in sorted(set(totals) | set(ledger))
+        ]
+
+    def _thread_record(self, thread_id: str) -> ThreadRecord | None:
+        with self._read("look up a thread") as conn:
+            for record in self._records(conn, [thread_key(thread_id)]):
+                if record.thread_id == thread_id:
+                    return record
+        return None
+
+    def _delete_thread(self, thread_id: str) -> Deleted:
+        with self._write("delete a thread") as conn:
+            return self._delete_in(conn, thread_id)
+
+    def _delete_in(self, conn: SAConnection, thread_id: str) -> Deleted:
+        removed = conn.execute(checkpoints.delete().where(*_thread(thread_id))).rowcount
+        removed_writes = conn.execute(
+            writes.delete().where(
+                writes.c.tkey == thread_key(thread_id), writes.c.thread_id == thread_id
+            )
+        ).rowcount
+        conn.execute(
+            parks.delete().where(
+                parks.c.tkey == thread_key(thread_id), parks.c.thread_id == thread_id
+            )
+        )
+        conn.execute(
+            threads.delete().where(
+                threads.c.tkey == thread_key(thread_id), threads.c.thread_id == thread_id
+            )
+        )
+        return Deleted(checkpoints=removed, writes=removed_writes)
+
+    # ------------------------------------------------------------------ ledger
+
+    def _upsert_ledger(self, conn: SAConnection, thread_id: str, **values: Any) -> None:
+        stmt = self._insert_stmt(threads).values(
+            tkey=thread_key(thread_id), thread_id=thread_id, **values
+        )
+        conn.execute(stmt.on_conflict_do_update(index_elements=["tkey"], set_=values))
+
+    def _ledger_start(
+        self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
+    ) -> None:
+        with self._write("record a run start") as conn:
+            self._upsert_ledger(
+                conn,
+                thread_id,
+                owner=owner,
+                run_id=run_id,
+                started_at=to_micros(now),
+                declared_waiting=_duration(retention.waiting),
+                declared_finished=_duration(retention.finished),
+            )
+
+    def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
+        with self._write("mark a thread finished") as conn:
+            self._upsert_ledger(
+                conn, thread_id, finished_at=to_micros(finished_at), due_at=to_micros(due)
+            )
+
+    def _ledger_unmark(self, thread_id: str) -> None:
+        with self._write("unmark a finished thread") as conn:
+            conn.execute(
+                threads.update()
+                .where(threads.c.tkey == thread_key(thread_id), threads.c.thread_id == thread_id)
+                .values(finished_at=None, due_at=None)
+            )
+
+    def _lease_acquire(
+        self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        values = {
+            "lease_holder": holder,
+            "lease_run_id": run_id,
+            "lease_acquired_at": to_micros(now),
+            "lease_expires_at": to_micros(expires_at),
+        }
+        stmt = self._insert_stmt(threads).values(
+            tkey=thread_key(thread_id), thread_id=thread_id, **values
+        )
+        free = sa.or_(
+            threads.c.lease_holder.is_(None),
+            threads.c.lease_holder == holder,
+            threads.c.lease_expires_at <= to_micros(now),
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["tkey"], set_=values, where=free
+        ).returning(threads.c.lease_holder)
+        with self._write("take a lease") as conn:
+            taken = conn.execute(stmt).first()
+            if taken is None:
+                current = conn.execute(
+                    sa.select(threads).where(threads.c.tkey == thread_key(thread_id))
+                ).first()
+                assert current is not None
+                raise LeaseHeld(lease_held_message(thread_id, _lease(current)))  # type: ignore[arg-type]
+        return Lease(
+            thread_id=thread_id,
+            holder=holder,
+            run_id=run_id,
+            acquired_at=now,
+            expires_at=expires_at,
+        )
+
+    def _lease_renew(
+        self, thread_id: str, holder: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        with self._write("renew a lease") as conn:
+            row = conn.execute(
+                threads.update()
+                .where(
+                    threads.c.tkey == thread_key(thread_id),
+                    threads.c.thread_id == thread_id,
+                    threads.c.lease_holder == holder,
+                )
+                .values(lease_expires_at=to_micros(expires_at))
+                .returning(*threads.c)
+            ).first()
+            if row is None:
+                current = conn.execute(
+                    sa.select(threads).where(threads.c.tkey == thread_key(thread_id))
+                ).first()
+                raise LeaseLost(
+                    lease_lost_message(
+                        thread_id, holder, _lease(current) if current is not None else None
+                    )
+                )
+        lease = _lease(row)
+        assert lease is not None
+        return lease
+
+    def _lease_release(self, thread_id: str, holder: str) -> None:
+        with self._write("release a lease") as conn:
+            conn.execute(
+                threads.update()
+                .where(
+                    threads.c.tkey == thread_key(thread_id),
+                    threads.c.thread_id == thread_id,
+                    threads.c.lease_holder == holder,
+                )
+                .values(
+                    lease_holder=None,
+                    lease_run_id=None,
+                    lease_acquired_at=None,
+                    lease_expires_at=None,
+                )
+            )
+
+    # ------------------------------------------------------------------ parks
+
+    def _insert_park(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
+        with self._write("park a run") as conn:
+            exists = conn.execute(
+                sa.select(parks.c.tkey).where(
+                    parks.c.tkey == thread_key(park.thread_id), parks.c.thread_id == park.thread_id
+                )
+            ).first()
+            if exists is not None:
+                raise ParkRefused(park_exists_message(park.thread_id))
+            seq = self._insert_rows(conn, [row], synced)[0]
+            conn.execute(parks.insert().values(_park_values(park)))
+            return seq
+
+    def _claim_park(self, thread_id: str) -> Park | None:
+        stmt = (
+            parks.delete()
+            .where(parks.c.tkey == thread_key(thread_id), parks.c.thread_id == thread_id)
+            .returning(*parks.c)
+        )
+        with self._write("claim a park") as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else _park(row)
+
+    def _get_park(self, thread_id: str) -> Park | None:
+        with self._read("read a park") as conn:
+            row = conn.execute(
+                sa.select(parks).where(
+                    parks.c.tkey == thread_key(thread_id), parks.c.thread_id == thread_id
+                )
+            ).first()
+        return None if row is None else _park(row)
+
+    def _parks(self) -> list[Park]:
+        with self._read("list parks") as conn:
+            return [_park(r) for r in conn.execute(sa.select(parks).order_by(parks.c.deadline))]
+
+    # ------------------------------------------------------------------ outbox
+
+    def _fetch_unsynced(
+        self, limit: int, max_bytes: int | None, project_id: str | None
+    ) -> list[EncodedCheckpoint]:
+        query = (
+            self._select_rows()
+            .where(sa.not_(checkpoints.c.synced))
+            .order_by(checkpoints.c.seq)
+            .limit(limit)
+        )
+        if project_id is not None:
+            query = query.where(checkpoints.c.project_id == project_id)
+        with self._read("read the outbox") as conn:
+            rows = [_encoded(r) for r in conn.execute(query)]
+        return _cap_bytes(rows, max_bytes)
+
+    def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
+        with self._write("mark rows synced") as conn:
+            for chunk in _chunks([seq for _, seq in keys]):
+                conn.execute(
+                    checkpoints.update()
+                    .where(checkpoints.c.seq.in_(chunk))
+                    .values(synced=True, sync_error=None, synced_at=to_micros(now))
+                )
+
+    def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
+        if not reasons:
+            return
+        stmt = (
+            checkpoints.update()
+            .where(checkpoints.c.seq == sa.bindparam("row_seq"))
+            .values(synced=True, sync_error=sa.bindparam("reason"), synced_at=to_micros(now))
+        )
+        with self._write("quarantine rows") as conn:
+            conn.execute(
+                stmt, [{"row_seq": seq, "reason": reason} for (_, seq), reason in reasons.items()]
+            )
+
+    def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
+        with self._write("record a send attempt") as conn:
+            for chunk in _chunks([seq for _, seq in keys]):
+                conn.execute(
+                    checkpoints.update()
+                    .where(checkpoints.c.seq.in_(chunk))
+                    .values(attempts=checkpoints.c.attempts + 1, last_error=error)
+                )
+
+    def _release(self, keys: list[RowKey] | None) -> int:
+        quarantined = _quarantined
+        with self._write("release quarantined rows") as conn:
+            if keys is None:
+                return int(
+                    conn.execute(
+                        checkpoints.update()
+                        .where(quarantined)
+                        .values(synced=False, sync_error=None, synced_at=None)
+                    ).rowcount
+                )
+            total = 0
+            for chunk in _chunks([seq for _, seq in keys]):
+                total += conn.execute(
+                    checkpoints.update()
+                    .where(quarantined, checkpoints.c.seq.in_(chunk))
+                    .values(synced=False, sync_error=None, synced_at=None)
+                ).rowcount
+            return total
+
+    def _outbox(
+        self,
+        state: str | None,
+        project_id: str | None,
+        thread_id: str | None,
+        after_seq: int | None,
+        limit: int | None,
+    ) -> list[OutboxEntry]:
+        c = checkpoints.c
+        query = sa.select(
+            c.thread_id,
+            c.checkpoint_id,
+            c.namespace,
+            c.seq,
+            c.project_id,
+            c.created_at,
+            c.size_bytes,
+            c.synced,
+            c.sync_error,
+            c.attempts,
+            c.last_error,
+            c.synced_at,
+            c.step_type,
+        ).order_by(c.seq)
+        if state == "pending":
+            query = query.where(sa.not_(c.synced))
+        elif state == "synced":
+            query = query.where(c.synced, c.sync_error.is_(None))
+        elif state == "quarantined":
+            query = query.where(c.sync_error.isnot(None))
+        if project_id is not None:
+            query = query.where(c.project_id == project_id)
+        if thread_id is not None:
+            query = query.where(*_thread(thread_id))
+        if after_seq is not None:
+            query = query.where(c.seq > after_seq)
+        if limit is not None:
+            query = query.limit(limit)
+        with self._read("read the outbox") as conn:
+            return [
+                OutboxEntry(
+                    thread_id=r.thread_id,
+                    checkpoint_id=r.checkpoint_id,
+                    namespace=r.namespace,
+                    seq=r.seq,
+                    project_id=r.project_id,
+                    created_at=from_micros(r.created_at),
+                    size_bytes=r.size_bytes,
+                    synced=bool(r.synced),
+                    sync_error=r.sync_error,
+                    attempts=r.attempts,
+                    last_error=r.last_error,
+                    synced_at=_time(r.synced_at),
+                    step_type=r.step_type,
+                )
+                for r in conn.execute(query)
+            ]
+
+    def _record_connection(self, connection: Connection) -> None:
+        values = {"target": connection.target, "connected_at": to_micros(connection.connected_at)}
+        with self._write("record a connection") as conn:
+            conn.execute(
+                self._insert_stmt(connections)
+                .values(project_id=connection.project_id, **values)
+                .on_conflict_do_update(index_elements=["project_id"], set_=values)
+            )
+
+    def _forget_connection(self, project_id: str) -> None:
+        with self._write("forget a connection") as conn:
+            conn.execute(connections.delete().where(connections.c.project_id == project_id))
+
+    def _connections(self) -> list[Connection]:
+        with self._read("read connections") as conn:
+            return [
+                Connection(r.project_id, r.target, from_micros(r.connected_at))
+                for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
+            ]
+
+
+# ---------------------------------------------------------------------------- row mapping
+
+_ROW_COLUMNS = [
+    checkpoints.c[name]
+    for name in (
+        "thread_id",
+        "namespace",
+        "checkpoint_id",
+        "run_id",
+        "parent_checkpoint_id",
+        "runner",
+        "agent_id",
+        "agent_path",
+        "node_id",
+        "step",
+        "step_type",
+        "status",
+        "iteration",
+        "interrupt_reason",
+        "created_at",
+        "project_id",
+        "state",
+        "node_input",
+        "node_output",
+        "iteration_counters",
+        "interrupt_context",
+        "metadata",
+        "size_bytes",
+        "seq",
+    )
+]
+
+
+def _thread(thread_id: str) -> tuple[sa.ColumnElement[bool], ...]:
+    return (checkpoints.c.tkey == thread_key(thread_id), checkpoints.c.thread_id == thread_id)
+
+
+_INSERT_ONE = checkpoints.insert().returning(checkpoints.c.seq)
+_INSERT_MANY = checkpoints.insert().returning(checkpoints.c.seq, sort_by_parameter_order=True)
+_ENCODED_FIELDS = [f.name for f in dataclasses.fields(EncodedCheckpoint) if f.name != "seq"]
+
+
+def _row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
+    values = {name: getattr(row, name) for name in _ENCODED_FIELDS}
+    values["created_at"] = to_micros(row.created_at)
+    values["tkey"] = thread_key(row.thread_id)
+    values["ckey"] = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
+    values["synced"] = synced
+    values["attempts"] = 0
+    return values
+
+
+def _encoded(row: sa.Row[Any]) -> EncodedCheckpoint:
+    values = row._asdict()
+    values["created_at"] = from_micros(values["created_at"])
+    return EncodedCheckpoint(**values)
+
+
+def _write_values(w: EncodedWrite) -> dict[str, Any]:
+    return {
+        "wkey": _hash(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, str(w.idx)),
+        "tkey": thread_key(w.thread_id),
+        "ckey": checkpoint_key(w.thread_id, w.namespace, w.checkpoint_id),
+        "thread_id": w.thread_id,
+        "namespace": w.namespace,
+        "checkpoint_id": w.checkpoint_id,
+        "task_id": w.task_id,
+        "idx": w.idx,
+        "channel": w.channel,
+        "value": w.value,
+        "task_path": w.task_path,
+    }
+
+
+def _lease(row: Any) -> Lease | None:
+    if row.lease_holder is None:
+        return None
+    return Lease(
+        thread_id=row.thread_id,
+        holder=row.lease_holder,
+        run_id=row.lease_run_id or "",
+        acquired_at=_time(row.lease_acquired_at),
+        expires_at=from_micros(row.lease_expires_at),
+    )
+
+
+def _record(thread_id: str, totals: Any, ledger: Any) -> ThreadRecord:
+    return ThreadRecord(
+        thread_id=thread_id,
+        owner=ledger.owner if ledger is not None else None,
+        run_id=ledger.run_id if ledger is not None else None,
+        started_at=_time(ledger.started_at) if ledger is not None else None,
+        declared_waiting=_delta(ledger.declared_waiting) if ledger is not None else None,
+        declared_finished=_delta(ledger.declared_finished) if ledger is not None else None,
+        finished_at=_time(ledger.finished_at) if ledger is not None else None,
+        due_at=_time(ledger.due_at) if ledger is not None else None,
+        lease=_lease(ledger) if ledger is not None else None,
+        checkpoints=int(totals.n) if totals is not None else 0,
+        size_bytes=int(totals.size or 0) if totals is not None else 0,
+        newest_at=_time(totals.newest_at) if totals is not None else None,
+        newest_seq=int(totals.newest_seq) if totals is not None else None,
+    )
+
+
+def _park_values(park: Park) -> dict[str, Any]:
+    return {
+        "tkey": thread_key(park.thread_id),
+        "thread_id": park.thread_id,
+        "run_id": park.run_id,
+        "checkpoint_id": park.checkpoint_id,
+        "node_id": park.node_id,
+        "runner": park.runner,
+        "reason": park.reason,
+        "context": codec.dumps(park.context, path="park.context"),
+        "deadline": to_micros(park.deadline),
+        "created_at": _micros(park.created_at),
+        "deadline_source": park.deadline_source,
+    }
+
+
+def _park(row: Any) -> Park:
+    return Park(
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        checkpoint_id=row.checkpoint_id,
+        node_id=row.node_id,
+        runner=row.runner,
+        reason=row.reason,
+        context=codec.loads(row.context, path="park.context"),
+        deadline=from_micros(row.deadline),
+        created_at=_time(row.created_at),
+        deadline_source=row.deadline_source,
+    )
+
+
+def _cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
+    if max_bytes is None:
+        return rows
+    kept: list[EncodedCheckpoint] = []
+    total = 0
+    for row in rows:
+        if kept and total + row.size_bytes > max_bytes:
+            break
+        kept.append(row)
+        total += row.size_bytes
+    return kept
+
+
+def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _on_sqlite_begin(conn: SAConnection) -> None:
+    conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'DEFERRED')}")
+
+
+def _driver_url(url: str) -> str:
+    """Map the URL spellings users write to the driver this store uses (psycopg 3)."""
+    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _advisory_key(schema: str | None) -> int:
+    return int(_hash("durability-setup", schema or "")[:15], 16)
+
+
+def _driver_message(exc: sa_exc.DBAPIError | sa_exc.SQLAlchemyError) -> str:
+    original = getattr(exc, "orig", None)
+    text = str(original) if original is not None else str(exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

@@ -1,0 +1,116 @@
+"""What is particular to the SQL store: migrations, the format check, options, error mapping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import durability
+from durability import Checkpoint
+from durability.errors import CheckpointStoreFormatError, ConfigError, StoreUnavailable
+from durability.settings import Settings
+from durability.stores.base import redact_url
+from durability.stores.sql import MIGRATIONS, SQLStore, _checkpoint_table, meta_table, migrations_table
+
+
+def open_sqlite(path: Path, **options: object) -> SQLStore:
+    store = durability.open(f"sqlite:///{path}", settings=Settings(), **options)
+    assert isinstance(store, SQLStore)
+    return store
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    """Every migration is applied once and recorded; setting up again changes nothing."""
+    with open_sqlite(tmp_path / "m.db") as store:
+        store.ready()
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+        store._setup()
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
+    """Rows written before the outbox existed count as already replicated (seed 000 v13)."""
+    path = tmp_path / "old.db"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        migrations_table.create(conn)
+        MIGRATIONS[0][1](conn)
+        conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
+        conn.execute(meta_table.insert().values(key="format_generation", value="1"))
+        v1 = _checkpoint_table(sa.MetaData(), outbox=False)
+        conn.execute(
+            v1.insert().values(
+                tkey="k", ckey="c", thread_id="old-thread", namespace="", checkpoint_id="old-1", run_id="", runner="",
+                node_id="n", step=0, status="completed", iteration=0, created_at=0, project_id="", state="{}",
+                node_input="{}", node_output="{}", iteration_counters="{}", interrupt_context="{}", metadata="{}", size_bytes=12,
+            )
+        )
+    engine.dispose()
+    with open_sqlite(path) as store:
+        store.put(Checkpoint(thread_id="new-thread"))
+        states = {e.thread_id: e.state for e in store.outbox()}
+        assert states == {"old-thread": "synced", "new-thread": "pending"}
+        assert [c.thread_id for c in store.fetch_unsynced()] == ["new-thread"]
+
+
+def test_checkpoints_without_a_generation_are_refused(tmp_path: Path) -> None:
+    """A store that holds checkpoints but records no generation is refused (seed 004)."""
+    path = tmp_path / "g.db"
+    with open_sqlite(path) as store:
+        store.put(Checkpoint(thread_id="t"))
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(meta_table.delete())
+    engine.dispose()
+    with open_sqlite(path) as store, pytest.raises(CheckpointStoreFormatError, match="records no format generation"):
+        store.history("t")
+
+
+def test_a_store_nobody_uses_is_never_touched(tmp_path: Path) -> None:
+    """Opening a store reads and writes nothing until it is first used."""
+    path = tmp_path / "lazy.db"
+    store = open_sqlite(path)
+    store.close()
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("sqlite:///", {}, "give a file path"),
+        ("sqlite:///x.db", {"schema": "s"}, "no schemas"),
+        ("sqlite:///x.db", {"synchronous": "sometimes"}, "synchronous"),
+        ("postgresql://u@h/db", {"schema": "bad-name;"}, "plain SQL identifier"),
+        ("postgresql://u@h/db", {"single_worker": True}, "single_worker"),
+        ("nosuch://x", {}, "unknown scheme"),
+        ("not a url", {}, "give a URL"),
+    ],
+)
+def test_bad_options_are_refused_clearly(url: str, options: dict[str, object], message: str) -> None:
+    """A bad URL or option is refused at open, naming it."""
+    with pytest.raises(ConfigError, match=message):
+        durability.open(url, settings=Settings(), **options)
+
+
+def test_passwords_never_appear(tmp_path: Path) -> None:
+    """A password in the URL is masked in reprs and messages."""
+    assert redact_url("postgresql+psycopg://me:s3cret@db.example/x") == "postgresql+psycopg://me:***@db.example/x"
+    store = durability.open("postgresql+psycopg://me:s3cret@127.0.0.1:1/nodb", settings=Settings())
+    assert "s3cret" not in repr(store)
+    with pytest.raises(StoreUnavailable) as info:
+        store.latest("t")
+    assert "s3cret" not in str(info.value) and "unavailable" in str(info.value)
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_sqlite_synchronous_option(tmp_path: Path) -> None:
+    """synchronous=FULL is applied to every connection; NORMAL is the default."""
+    for option, expected in ((None, 1), ("FULL", 2)):
+        kwargs = {} if option is None else {"synchronous": option}
+        with open_sqlite(tmp_path / f"s{expected}.db", **kwargs) as store:
+            store.ready()
+            with store._engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == expected
+                assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
