@@ -56,6 +56,9 @@ class StoreTarget:
     url: str
     options: dict[str, Any] = field(default_factory=dict)
     cross_process: bool = False
+    #: Drops every server connection the target's stores hold (``pg_terminate_backend``,
+    #: ``CLIENT KILL``); ``None`` where there is no server to lose.
+    kill_connections: Callable[[], object] | None = None
 
     def open(self, **overrides: Any) -> Store:
         """Open another handle on this location (``overrides`` win over ``options``)."""
@@ -586,11 +589,14 @@ def check_outbox(target: StoreTarget) -> None:
         store.mark_synced(keys[:2])
         store.mark_synced(keys[:2])  # idempotent
         store.mark_quarantined({keys[2]: "HTTP 413 from /checkpoints/ingest: too big"})
-        entries = {e.seq: e for e in store.outbox()}
-        assert entries[keys[0][1]].state == "synced" and entries[keys[0][1]].attempts == 1
-        assert entries[keys[0][1]].last_error == "HTTP 503" and entries[keys[0][1]].synced_at == clock()
-        assert entries[keys[2][1]].state == "quarantined" and entries[keys[2][1]].quarantined
-        assert entries[keys[2][1]].sync_error == "HTTP 413 from /checkpoints/ingest: too big"
+        # A row is (thread, seq): seq is unique per thread, and per store only on some providers.
+        entries = {(e.thread_id, e.seq): e for e in store.outbox()}
+        assert entries[keys[0]].state == "synced" and entries[keys[0]].attempts == 1
+        assert entries[keys[0]].last_error == "HTTP 503" and entries[keys[0]].synced_at == clock()
+        assert entries[keys[2]].state == "quarantined" and entries[keys[2]].quarantined
+        assert entries[keys[2]].sync_error == "HTTP 413 from /checkpoints/ingest: too big"
+        restored = [e for e in entries.values() if e.thread_id == "t-out-restored"]
+        assert [e.state for e in restored] == ["synced"], "a row written as synced is never pending"
         assert [e.seq for e in store.outbox(state="quarantined")] == [keys[2][1]]
         assert len(store.outbox(state="pending")) == 3
         assert len(store.outbox(state="pending", project_id="p1")) == 2
@@ -604,6 +610,98 @@ def check_outbox(target: StoreTarget) -> None:
         assert store.replicates and [c.project_id for c in store.connections()] == ["p1"]
         store.forget_connection("p1")
         assert not store.replicates
+
+
+def _write_in_process(url: str, options: dict[str, Any], thread_id: str, worker: int, count: int, start: Any, out: Any) -> None:
+    options = {k: v for k, v in options.items() if k not in ("clock",)}
+    try:
+        with open_store(url, settings=Settings(), **options) as store:
+            start.wait()
+            for n in range(count):
+                store.put(_cp(thread_id, n, node_id=f"p{worker}-{n}"))
+    except BaseException as exc:
+        out.put(f"writer {worker}: {exc!r}")
+        raise
+    out.put(None)
+
+
+@check
+def check_two_processes_write_one_thread(target: StoreTarget) -> None:
+    """Two processes writing one thread lose nothing; seqs stay unique and each writer's order holds."""
+    if not target.cross_process:
+        return
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_write_in_process, args=(target.url, target.options, "t-two-procs", w, 40, start, out)) for w in range(2)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+    errors = [out.get(timeout=10) for _ in procs]
+    assert errors == [None, None], errors
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    with target.open() as store:
+        history = store.history("t-two-procs")
+        assert len(history) == 80
+        seqs = [c.seq for c in history]
+        assert seqs == sorted(seqs) and len(set(seqs)) == 80
+        for w in range(2):
+            mine = [c.node_id for c in history if c.node_id.startswith(f"p{w}-")]
+            assert mine == [f"p{w}-{n}" for n in range(40)], "a writer's order was not kept"
+        latest = store.latest("t-two-procs")
+        assert latest is not None and latest.seq == seqs[-1]
+
+
+@check
+def check_reconnects_after_lost_connections(target: StoreTarget) -> None:
+    """The server drops the store's connections between writes: it reconnects and loses nothing acknowledged."""
+    if target.kill_connections is None:
+        return
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        acked = [store.put(_cp("t-lost", n)) for n in range(3)]
+        for n in range(3, 6):
+            killed = target.kill_connections()
+            assert killed, "the hook found none of the store's connections to drop"
+            acked.append(store.put(_cp("t-lost", n)))
+            target.kill_connections()
+            latest = store.latest("t-lost")
+            assert latest is not None and latest.checkpoint_id == acked[-1].checkpoint_id
+        target.kill_connections()
+        store.put_writes([PendingWrite(thread_id="t-lost", checkpoint_id=acked[-1].checkpoint_id, task_id="t", idx=0, channel="c", value=n)])
+        target.kill_connections()
+        record = store.record_run_start("t-lost", run_id="r", owner="o")
+        assert record.checkpoints == 6
+        target.kill_connections()
+        assert store.acquire_lease("t-lost", "w", timedelta(minutes=1)).holder == "w"
+    with target.open() as again:
+        assert [c.checkpoint_id for c in again.history("t-lost")] == [c.checkpoint_id for c in acked]
+        assert [w.value for w in again.writes("t-lost", acked[-1].checkpoint_id)] == [5]
+
+
+@check
+def check_thousand_threads_listed_in_pages(target: StoreTarget) -> None:
+    """1,000 threads are listed across pages, each exactly once, with their totals."""
+    with target.open() as store:
+        names = [f"many-{n:04d}" for n in range(1000)]
+        for start in range(0, 1000, 250):
+            store.put_many([_cp(name, 1) for name in names[start : start + 250]])
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = store.threads(cursor=cursor, limit=128)
+            assert len(page.records) <= 128
+            seen += [r.thread_id for r in page.records if r.thread_id.startswith("many-")]
+            assert all(r.checkpoints == 1 for r in page.records)
+            pages += 1
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        assert len(seen) == len(set(seen)) == 1000 and set(seen) == set(names)
+        assert pages >= 8
+        assert sum(1 for r in store.iter_threads(page_size=333) if r.thread_id.startswith("many-")) == 1000
 
 
 @check
