@@ -223,12 +223,25 @@ def check_id(value: object, what: str, *, action: str, allow_empty: bool = False
             f"cannot {action}: {what} {_short(value)} contains a NUL character, which no store "
             "can index; remove it (NUL is fine inside state)"
         )
+    if _has_lone_surrogate(value):
+        raise InvalidIdError(
+            f"cannot {action}: {what} {_short(value)} contains a lone surrogate (half of a UTF-16 "
+            "pair), which no store can index; pass valid text (lone surrogates are fine inside state)"
+        )
     if len(value) > MAX_ID_LENGTH:
         raise InvalidIdError(
             f"cannot {action}: {what} is {len(value)} characters, over the {MAX_ID_LENGTH}-character "
             "limit; use a shorter id (a hash of the long one, say)"
         )
     return value
+
+
+def _has_lone_surrogate(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _short(value: str, limit: int = 60) -> str:
@@ -464,6 +477,20 @@ class Store(ABC):
         self._check_thread(thread_id, "", "delete a thread")
         self.ready()
         return self._delete_thread(thread_id)
+
+    def finished_due(self, now: datetime | None = None) -> list[ThreadRecord]:
+        """Threads marked finished whose due time is at or before ``now``, earliest due first.
+
+        What the sweep deletes first (seed 004). Providers answer it from an index of the
+        finished set; this default walks every thread.
+        """
+        self.ready()
+        return sorted(self._finished_due(now or self.clock()), key=_due_order)
+
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        return [
+            r for r in self.iter_threads() if r.due_at is not None and r.due_at <= now
+        ]
 
     # ------------------------------------------------------------------ ledger
 
@@ -892,6 +919,25 @@ def park_exists_message(thread_id: str) -> str:
 def _check_positive(value: timedelta, what: str, action: str) -> None:
     if value <= timedelta(0):
         raise InvalidIdError(f"cannot {action}: {what} {value} must be positive")
+
+
+def _due_order(record: ThreadRecord) -> tuple[datetime, str]:
+    assert record.due_at is not None
+    return record.due_at, record.thread_id
+
+
+def cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
+    """The longest prefix of ``rows`` within ``max_bytes`` of ``size_bytes``; the first row always fits."""
+    if max_bytes is None:
+        return rows
+    kept: list[EncodedCheckpoint] = []
+    total = 0
+    for row in rows:
+        if kept and total + row.size_bytes > max_bytes:
+            break
+        kept.append(row)
+        total += row.size_bytes
+    return kept
 
 
 def retention_of(record: ThreadRecord | None) -> Retention | None:

@@ -55,6 +55,7 @@ from durability.stores.base import (
     RowKey,
     Store,
     ThreadPage,
+    cap_bytes,
     conflict_message,
     lease_held_message,
     lease_lost_message,
@@ -889,7 +890,7 @@ class SQLStore(Store):
             query = query.where(checkpoints.c.project_id == project_id)
         with self._one("read the outbox") as conn:
             rows = [_encoded(r) for r in conn.execute(query)]
-        return _cap_bytes(rows, max_bytes)
+        return cap_bytes(rows, max_bytes)
 
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         with self._write("mark rows synced") as conn:
@@ -1195,19 +1196,6 @@ def _park(row: Any) -> Park:
         created_at=_time(row.created_at),
         deadline_source=row.deadline_source,
     )
-
-
-def _cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
-    if max_bytes is None:
-        return rows
-    kept: list[EncodedCheckpoint] = []
-    total = 0
-    for row in rows:
-        if kept and total + row.size_bytes > max_bytes:
-            break
-        kept.append(row)
-        total += row.size_bytes
-    return kept
 
 
 def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
