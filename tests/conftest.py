@@ -105,7 +105,9 @@ def make_target(provider: str, tmp_path: Path) -> Iterator[StoreTarget]:
     if provider == "memory":
         yield StoreTarget(f"memory://test-{tag}")
     elif provider == "sqlite":
-        yield StoreTarget(f"sqlite:///{tmp_path / 'store.db'}", {"single_worker": True}, cross_process=True)
+        yield StoreTarget(
+            f"sqlite:///{tmp_path / 'store.db'}", {"single_worker": True}, cross_process=True
+        )
     elif provider == "sqlite-plain":
         yield StoreTarget(f"sqlite:///{tmp_path / 'plain.db'}", cross_process=True)
     elif provider == "postgres":
@@ -113,7 +115,9 @@ def make_target(provider: str, tmp_path: Path) -> Iterator[StoreTarget]:
         schema, app = f"test_{tag}", f"durability-test-{tag}"
         url = f"{POSTGRES_URL}?schema={schema}&application_name={app}"
         try:
-            yield StoreTarget(url, cross_process=True, kill_connections=kill_postgres_sessions(engine, app))
+            yield StoreTarget(
+                url, cross_process=True, kill_connections=kill_postgres_sessions(engine, app)
+            )
         finally:
             with engine.begin() as conn:  # type: ignore[attr-defined]
                 conn.exec_driver_sql(
@@ -127,7 +131,9 @@ def make_target(provider: str, tmp_path: Path) -> Iterator[StoreTarget]:
         prefix, name = f"durability-test-{tag}:", f"durability-test-{tag}"
         url = f"{REDIS_URL}?prefix={prefix}&client_name={name}"
         try:
-            yield StoreTarget(url, cross_process=True, kill_connections=kill_redis_clients(client, name))
+            yield StoreTarget(
+                url, cross_process=True, kill_connections=kill_redis_clients(client, name)
+            )
         finally:
             drop_redis_prefix(client, prefix)
             client.close()  # type: ignore[attr-defined]

@@ -140,8 +140,13 @@ class EncodedCheckpoint:
             interrupt_reason=cp.interrupt_reason,
             created_at=cp.created_at,
             project_id=cp.project_id,
+            state=texts["state"],
+            node_input=texts["node_input"],
+            node_output=texts["node_output"],
+            iteration_counters=texts["iteration_counters"],
+            interrupt_context=texts["interrupt_context"],
+            metadata=texts["metadata"],
             size_bytes=sum(len(t.encode("utf-8", "surrogatepass")) for t in texts.values()),
-            **texts,
         )
 
     def decode(self) -> Checkpoint:
@@ -488,9 +493,7 @@ class Store(ABC):
         return sorted(self._finished_due(now or self.clock()), key=_due_order)
 
     def _finished_due(self, now: datetime) -> list[ThreadRecord]:
-        return [
-            r for r in self.iter_threads() if r.due_at is not None and r.due_at <= now
-        ]
+        return [r for r in self.iter_threads() if r.due_at is not None and r.due_at <= now]
 
     # ------------------------------------------------------------------ ledger
 

@@ -45,6 +45,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -146,7 +147,9 @@ class RedisStore(Store):
                 "digits or _ . : - (no braces: they would move keys to another cluster slot)"
             )
         if delete_batch < 1:
-            raise ConfigError(f"cannot open {redact_url(url)}: delete_batch={delete_batch} must be at least 1")
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: delete_batch={delete_batch} must be at least 1"
+            )
         self.cluster = (
             cluster
             if cluster is not None
@@ -161,7 +164,11 @@ class RedisStore(Store):
         self._replicating = False
         self._replicating_at = float("-inf")
         g = f"{self.prefix}{{g}}:"
-        self._k_threads, self._k_finished, self._k_parks = g + "threads", g + "finished", g + "parks"
+        self._k_threads, self._k_finished, self._k_parks = (
+            g + "threads",
+            g + "finished",
+            g + "parks",
+        )
         self._k_outbox, self._k_quarantine = g + "outbox", g + "quarantine"
         self._k_connections, self._k_format, self._k_reconcile = (
             g + "connections",
@@ -193,8 +200,25 @@ class RedisStore(Store):
         if self._client_obj is not None:
             self._client_obj.close()
 
-    def _errors(self, action: str) -> _ErrorMap:
-        return _ErrorMap(self, action)
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Driver errors → :mod:`durability.errors` (used by :meth:`_run`, the one boundary)."""
+        try:
+            yield
+        except redis.ConnectionError as exc:  # redis-py's TimeoutError is one too
+            raise StoreUnavailable(
+                f"cannot {action}: the Redis server {redact_url(self.url)} is unavailable ({exc}); "
+                "check that it is running and reachable, then retry"
+            ) from exc
+        except redis.TimeoutError as exc:
+            raise StoreUnavailable(
+                f"cannot {action}: the Redis server {redact_url(self.url)} did not answer in time "
+                f"({exc}); check its load and network, then retry"
+            ) from exc
+        except redis.RedisError as exc:
+            raise StoreError(
+                f"cannot {action} in {redact_url(self.url)}: Redis refused it ({exc})"
+            ) from exc
 
     def _run(self, action: str, call: Callable[[bool], T]) -> T:
         """The one boundary: run ``call(retry)``, retrying dropped connections, mapping errors.
@@ -227,7 +251,9 @@ class RedisStore(Store):
         ttl_ms = self.settings.waiting_retention // timedelta(milliseconds=1)
         return [ttl_ms, "1" if self._store_replicates() else "0", "1" if retry else "0"]
 
-    def _eval(self, action: str, name: str, tag: str, args: Sequence[Any], *, write: bool = True) -> Any:
+    def _eval(
+        self, action: str, name: str, tag: str, args: Sequence[Any], *, write: bool = True
+    ) -> Any:
         keys = self._keys(tag)
         script = self._script(name)
 
@@ -238,7 +264,12 @@ class RedisStore(Store):
         return self._run(f"{action}", call)
 
     def _eval_many(
-        self, action: str, name: str, calls: Sequence[tuple[str, Sequence[Any]]], *, write: bool = True
+        self,
+        action: str,
+        name: str,
+        calls: Sequence[tuple[str, Sequence[Any]]],
+        *,
+        write: bool = True,
     ) -> list[Any]:
         """One script over several threads: pipelined on one server, one by one on a cluster."""
         if len(calls) == 1 or self.cluster:
@@ -254,7 +285,9 @@ class RedisStore(Store):
 
         return self._run(action, call)
 
-    def _index(self, action: str, *, add: _IndexOps | None = None, remove: _IndexOps | None = None) -> None:
+    def _index(
+        self, action: str, *, add: _IndexOps | None = None, remove: _IndexOps | None = None
+    ) -> None:
         """Step 2 of a write: bring the cross-slot indexes in line (idempotent)."""
         add, remove = add or _IndexOps(), remove or _IndexOps()
         if add.empty and remove.empty:
@@ -309,9 +342,7 @@ class RedisStore(Store):
         )
 
     def _scan(self, suffix: str) -> Iterator[bytes]:
-        return iter(
-            self._client.scan_iter(match=f"{self.prefix}{{*}}{suffix}", count=1000)
-        )
+        return iter(self._client.scan_iter(match=f"{self.prefix}{{*}}{suffix}", count=1000))
 
     def _has_any_checkpoint(self) -> bool:
         def call(_retry: bool) -> bool:
@@ -397,13 +428,17 @@ class RedisStore(Store):
         members: dict[str, list[tuple[bytes, float]]] = {}
 
         def scan(_retry: bool) -> None:
-            for key in (self._k_threads, self._k_finished, self._k_parks, self._k_outbox, self._k_quarantine):
+            for key in (
+                self._k_threads,
+                self._k_finished,
+                self._k_parks,
+                self._k_outbox,
+                self._k_quarantine,
+            ):
                 members[key] = list(self._client.zscan_iter(key, count=1000))
 
         self._run("reconcile the indexes", scan)
-        tags = sorted(
-            {_member_tag(m) for entries in members.values() for m, _ in entries}
-        )
+        tags = sorted({_member_tag(m) for entries in members.values() for m, _ in entries})
         supported = _IndexOps()
         for start in range(0, len(tags), 500):
             for state in self._index_state(tags[start : start + 500]):
@@ -452,7 +487,9 @@ class RedisStore(Store):
         for (tag, members), result in zip(groups.items(), results, strict=True):
             if result[0] == b"conflict":
                 row = rows[members[int(result[1])]]
-                raise CheckpointConflict(conflict_message(row.thread_id, row.namespace, row.checkpoint_id))
+                raise CheckpointConflict(
+                    conflict_message(row.thread_id, row.namespace, row.checkpoint_id)
+                )
             write_time = int(result[1])
             add.threads[tag] = 0
             for n, seq in zip(members, result[2:], strict=True):
@@ -477,15 +514,25 @@ class RedisStore(Store):
                 )
 
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
-        hit = self._eval("read the latest checkpoint", "LATEST", thread_tag(thread_id), [namespace], write=False)
+        hit = self._eval(
+            "read the latest checkpoint", "LATEST", thread_tag(thread_id), [namespace], write=False
+        )
         return _hit(hit)
 
     def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
-        hit = self._eval("read the latest checkpoint", "LATEST_ANY", thread_tag(thread_id), [], write=False)
+        hit = self._eval(
+            "read the latest checkpoint", "LATEST_ANY", thread_tag(thread_id), [], write=False
+        )
         return _hit(hit)
 
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
-        hit = self._eval("read a checkpoint", "GET", thread_tag(thread_id), [namespace, checkpoint_id], write=False)
+        hit = self._eval(
+            "read a checkpoint",
+            "GET",
+            thread_tag(thread_id),
+            [namespace, checkpoint_id],
+            write=False,
+        )
         row = _hit(hit)
         return row if row is not None and row.thread_id == thread_id else None
 
@@ -498,7 +545,9 @@ class RedisStore(Store):
             "" if after_seq is None else str(after_seq),
             "-1" if limit is None else str(limit),
         ]
-        flat = self._eval("read a thread's history", "HISTORY", thread_tag(thread_id), args, write=False)
+        flat = self._eval(
+            "read a thread's history", "HISTORY", thread_tag(thread_id), args, write=False
+        )
         rows = [_undoc(flat[j + 1], int(flat[j])) for j in range(0, len(flat), 2)]
         return [r for r in rows if r.thread_id == thread_id]
 
@@ -516,8 +565,16 @@ class RedisStore(Store):
         self._index("index a thread", add=_IndexOps(threads=dict.fromkeys(groups, 0)))
 
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        docs = self._eval("read pending writes", "WRITES", thread_tag(thread_id), [namespace, checkpoint_id], write=False)
-        return [_unwrite(doc, thread_id, namespace, checkpoint_id) for doc in docs if doc is not None]
+        docs = self._eval(
+            "read pending writes",
+            "WRITES",
+            thread_tag(thread_id),
+            [namespace, checkpoint_id],
+            write=False,
+        )
+        return [
+            _unwrite(doc, thread_id, namespace, checkpoint_id) for doc in docs if doc is not None
+        ]
 
     # ------------------------------------------------------------------ threads
 
@@ -594,7 +651,9 @@ class RedisStore(Store):
 
     # ------------------------------------------------------------------ ledger
 
-    def _ledger(self, action: str, thread_id: str, values: dict[str, Any], drop: Sequence[str] = ()) -> None:
+    def _ledger(
+        self, action: str, thread_id: str, values: dict[str, Any], drop: Sequence[str] = ()
+    ) -> None:
         args: list[Any] = [thread_id]
         for field, value in values.items():
             args += [field, value]
@@ -617,7 +676,11 @@ class RedisStore(Store):
 
     def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
         tag = thread_tag(thread_id)
-        self._ledger("mark a thread finished", thread_id, {"fa": to_micros(finished_at), "da": to_micros(due)})
+        self._ledger(
+            "mark a thread finished",
+            thread_id,
+            {"fa": to_micros(finished_at), "da": to_micros(due)},
+        )
         self._index(
             "index a finished thread",
             add=_IndexOps(threads={tag: 0}, finished={tag: to_micros(due)}),
@@ -637,12 +700,20 @@ class RedisStore(Store):
         if out[0] == b"held":
             raise LeaseHeld(lease_held_message(thread_id, _lease(thread_id, out[1:])))
         self._index("index a thread", add=_IndexOps(threads={tag: 0}))
-        return Lease(thread_id=thread_id, holder=holder, run_id=run_id, acquired_at=now, expires_at=expires_at)
+        return Lease(
+            thread_id=thread_id,
+            holder=holder,
+            run_id=run_id,
+            acquired_at=now,
+            expires_at=expires_at,
+        )
 
     def _lease_renew(
         self, thread_id: str, holder: str, now: datetime, expires_at: datetime
     ) -> Lease:
-        out = self._eval("renew a lease", "LEASE_RENEW", thread_tag(thread_id), [holder, to_micros(expires_at)])
+        out = self._eval(
+            "renew a lease", "LEASE_RENEW", thread_tag(thread_id), [holder, to_micros(expires_at)]
+        )
         if out[0] == b"lost":
             current = _lease(thread_id, out[1:]) if len(out) > 1 else None
             raise LeaseLost(lease_lost_message(thread_id, holder, current))
@@ -674,7 +745,9 @@ class RedisStore(Store):
         if out[0] == b"park_exists":
             raise ParkRefused(park_exists_message(park.thread_id))
         if out[0] == b"conflict":
-            raise CheckpointConflict(conflict_message(row.thread_id, row.namespace, row.checkpoint_id))
+            raise CheckpointConflict(
+                conflict_message(row.thread_id, row.namespace, row.checkpoint_id)
+            )
         seq = int(out[2])
         add = _IndexOps(threads={tag: 0}, parks={tag: deadline})
         if not synced:
@@ -693,14 +766,19 @@ class RedisStore(Store):
         return park if park.thread_id == thread_id else None
 
     def _get_park(self, thread_id: str) -> Park | None:
-        doc, claimed = self._eval("read a park", "PARK_READ", thread_tag(thread_id), [], write=False)
+        doc, claimed = self._eval(
+            "read a park", "PARK_READ", thread_tag(thread_id), [], write=False
+        )
         if doc is None or claimed is not None:
             return None
         park = _park(doc)
         return park if park.thread_id == thread_id else None
 
     def _parks(self) -> list[Park]:
-        tags = [t.decode() for t in self._run("list parks", lambda _r: self._client.zrange(self._k_parks, 0, -1))]
+        tags = [
+            t.decode()
+            for t in self._run("list parks", lambda _r: self._client.zrange(self._k_parks, 0, -1))
+        ]
         if not tags:
             return []
         raw = self._eval_many("list parks", "PARK_READ", [(t, []) for t in tags], write=False)
@@ -723,20 +801,15 @@ class RedisStore(Store):
         stale = _IndexOps()
         offset, window = 0, max(limit, 100)
         while len(rows) < limit:
-            entries = self._run(
-                "read the outbox",
-                lambda _r, o=offset: self._client.zrange(self._k_outbox, o, o + window - 1, withscores=True),
-            )
+            entries = self._run("read the outbox", self._outbox_window(offset, window))
             if not entries:
                 break
             offset += len(entries)
-            members = [(m.decode(), score) for m, score in entries]
-            for (member, _score), (doc, _header, quarantined) in zip(
-                members, self._outbox_rows([m for m, _ in members]), strict=True
+            members = [m.decode() for m, _score in entries]
+            for member, (doc, _header, quarantined) in zip(
+                members, self._outbox_rows(members), strict=True
             ):
-                if doc is None:
-                    stale.outbox[member] = 0
-                elif quarantined:
+                if doc is None or quarantined:  # gone, or moved to quarantine: repair
                     stale.outbox[member] = 0
                 else:
                     row = _undoc(doc, _member_seq(member))
@@ -750,6 +823,14 @@ class RedisStore(Store):
             self._forget(stale, {_member_tag(m.encode()) for m in stale.members()})
         return cap_bytes(rows, max_bytes)
 
+    def _outbox_window(self, offset: int, size: int) -> Callable[[bool], list[Any]]:
+        def call(_retry: bool) -> list[Any]:
+            return list(
+                self._client.zrange(self._k_outbox, offset, offset + size - 1, withscores=True)
+            )
+
+        return call
+
     def _outbox_rows(self, members: Sequence[str]) -> list[tuple[bytes | None, bytes | None, bool]]:
         groups: dict[str, list[str]] = {}
         for member in members:
@@ -759,7 +840,11 @@ class RedisStore(Store):
         for (tag, seqs), flat in zip(groups.items(), raw, strict=True):
             for j, seq in enumerate(seqs):
                 doc, header, reason = flat[5 * j], flat[5 * j + 1], flat[5 * j + 2]
-                found[_member(tag, int(seq))] = (doc if header is not None else None, header, reason is not None)
+                found[_member(tag, int(seq))] = (
+                    doc if header is not None else None,
+                    header,
+                    reason is not None,
+                )
         return [found[m] for m in members]
 
     def _by_thread(self, keys: Iterable[RowKey]) -> dict[str, list[int]]:
@@ -800,13 +885,17 @@ class RedisStore(Store):
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
         groups = self._by_thread(keys)
         if groups:
-            calls = [(tag, ["0" if error is None else "1", error or "", *seqs]) for tag, seqs in groups.items()]
+            calls = [
+                (tag, ["0" if error is None else "1", error or "", *seqs])
+                for tag, seqs in groups.items()
+            ]
             self._eval_many("record a send attempt", "OUTBOX_ATTEMPT", calls)
 
     def _release(self, keys: list[RowKey] | None) -> int:
         if keys is None:
             members = self._run(
-                "release quarantined rows", lambda _r: self._client.zrange(self._k_quarantine, 0, -1)
+                "release quarantined rows",
+                lambda _r: self._client.zrange(self._k_quarantine, 0, -1),
             )
             groups: dict[str, list[int]] = {}
             for member in members:
@@ -851,7 +940,9 @@ class RedisStore(Store):
             tags = sorted(self._run("read the outbox", scan))
         entries: list[tuple[int, OutboxEntry]] = []
         if tags:
-            raw = self._eval_many("read the outbox", "OUTBOX_LIST", [(t, []) for t in tags], write=False)
+            raw = self._eval_many(
+                "read the outbox", "OUTBOX_LIST", [(t, []) for t in tags], write=False
+            )
             for pending_fields, synced_fields, _name in raw:
                 entries += _entries(_pairs(pending_fields), synced=False)
                 entries += _entries(_pairs(synced_fields), synced=True)
@@ -868,7 +959,9 @@ class RedisStore(Store):
         return result if limit is None else result[:limit]
 
     def _record_connection(self, connection: Connection) -> None:
-        value = orjson.dumps({"target": connection.target, "at": to_micros(connection.connected_at)})
+        value = orjson.dumps(
+            {"target": connection.target, "at": to_micros(connection.connected_at)}
+        )
         self._run(
             "record a connection",
             lambda _r: self._client.hset(self._k_connections, connection.project_id, value),
@@ -876,7 +969,9 @@ class RedisStore(Store):
         self._refresh_replicating()
 
     def _forget_connection(self, project_id: str) -> None:
-        self._run("forget a connection", lambda _r: self._client.hdel(self._k_connections, project_id))
+        self._run(
+            "forget a connection", lambda _r: self._client.hdel(self._k_connections, project_id)
+        )
         self._refresh_replicating()
 
     def _connections(self) -> list[Connection]:
@@ -889,27 +984,6 @@ class RedisStore(Store):
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-class _ErrorMap:
-    """Driver errors → :mod:`durability.errors` (used only by :meth:`RedisStore._run`)."""
-
-    def __init__(self, store: RedisStore, action: str) -> None:
-        self.store, self.action = store, action
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _tb: Any) -> bool:
-        if exc is None or isinstance(exc, StoreError) or not isinstance(exc, redis.RedisError):
-            return False
-        where = redact_url(self.store.url)
-        if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-            raise StoreUnavailable(
-                f"cannot {self.action}: the Redis server {where} is unavailable ({exc}); check that it "
-                "is running and reachable, then retry"
-            ) from exc
-        raise StoreError(f"cannot {self.action} in {where}: Redis refused it ({exc})") from exc
 
 
 class _IndexOps:
@@ -951,7 +1025,9 @@ class _ThreadIndex:
         if deadline is not None and claimed is None:
             state.park_deadline = int(deadline)
         for j in range(0, len(pending), 3):
-            state.pending.append((int(pending[j]), _header_time(pending[j + 1]), bool(pending[j + 2])))
+            state.pending.append(
+                (int(pending[j]), _header_time(pending[j + 1]), bool(pending[j + 2]))
+            )
         return state
 
     def entries(self, ops: _IndexOps) -> None:
@@ -981,7 +1057,14 @@ def _pairs(flat: Sequence[bytes]) -> dict[str, bytes]:
     return {flat[j].decode(): flat[j + 1] for j in range(0, len(flat), 2)}
 
 
-_TEXTS = ("state", "node_input", "node_output", "iteration_counters", "interrupt_context", "metadata")
+_TEXTS = (
+    "state",
+    "node_input",
+    "node_output",
+    "iteration_counters",
+    "interrupt_context",
+    "metadata",
+)
 _SCALARS = (
     "thread_id",
     "namespace",
@@ -1030,9 +1113,10 @@ def _undoc(data: bytes, seq: int) -> EncodedCheckpoint:
     for length in lengths:
         texts.append(body[pos : pos + length])
         pos += length
-    values = dict(zip(_SCALARS, head, strict=True))
+    values: dict[str, Any] = dict(zip(_SCALARS, head, strict=True))
+    values.update(zip(_TEXTS, texts, strict=True))
     values["created_at"] = from_micros(values["created_at"])
-    return EncodedCheckpoint(**values, **dict(zip(_TEXTS, texts, strict=True)), seq=seq)
+    return EncodedCheckpoint(**values, seq=seq)
 
 
 def _hit(hit: Any) -> EncodedCheckpoint | None:
@@ -1091,7 +1175,9 @@ def _entries(fields: dict[str, bytes], *, synced: bool) -> list[tuple[int, Outbo
 
 
 def _write_doc(w: EncodedWrite) -> bytes:
-    return orjson.dumps([w.channel, w.task_path, w.task_id, w.idx]) + b"\n" + w.value.encode("utf-8")
+    return (
+        orjson.dumps([w.channel, w.task_path, w.task_id, w.idx]) + b"\n" + w.value.encode("utf-8")
+    )
 
 
 def _unwrite(doc: bytes, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedWrite:
@@ -1165,7 +1251,9 @@ def _record(fields: dict[str, bytes], checkpoints: int) -> ThreadRecord:
     thread_id = fields["id"].decode()
     lease = None
     if "lh" in fields:
-        lease = _lease(thread_id, [fields["lh"], fields.get("lr", b""), fields.get("la", b""), fields["le"]])
+        lease = _lease(
+            thread_id, [fields["lh"], fields.get("lr", b""), fields.get("la", b""), fields["le"]]
+        )
     last = fields.get("last")
 
     def text(name: str) -> str | None:

@@ -18,6 +18,7 @@ additive :data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.e
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import select
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -63,6 +64,8 @@ from durability.stores.base import (
     redact_url,
 )
 
+_Primitive = TypeVar("_Primitive", bound=Callable[..., Any])
+
 # ---------------------------------------------------------------------------- schema
 
 metadata = sa.MetaData()
@@ -89,7 +92,7 @@ _OUTBOX_COLUMNS = ("synced", "sync_error", "attempts", "last_error", "synced_at"
 
 def _checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
     """The checkpoints table; ``outbox=False`` is its shape before migration 2."""
-    columns = [
+    columns: list[sa.Column[Any]] = [
         sa.Column("seq", _BIGINT, primary_key=True, autoincrement=True),
         sa.Column("tkey", _KEY, nullable=False),
         sa.Column("ckey", _KEY, nullable=False),
@@ -126,7 +129,7 @@ def _checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
             sa.Column("synced_at", sa.BigInteger),
         ]
     # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
-    table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
+    table: sa.Table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
     sa.Index("ix_durability_checkpoints_thread", table.c.tkey, table.c.seq)
     sa.Index("ix_durability_checkpoints_ckey", table.c.ckey, unique=True)
     return table
@@ -309,6 +312,30 @@ def _delta(value: int | None) -> timedelta | None:
 # ---------------------------------------------------------------------------- the store
 
 
+def _dropped(exc: StoreUnavailable) -> bool:
+    """Whether the server dropped the connection the operation used (then a retry is sound)."""
+    cause = exc.__cause__
+    return isinstance(cause, sa_exc.DBAPIError) and bool(cause.connection_invalidated)
+
+
+def _reconnecting(method: _Primitive) -> _Primitive:
+    """Run an idempotent primitive once more, on a fresh connection, if the server dropped its own.
+
+    Reads and idempotent writes only: a claim or a park is never sent twice.
+    """
+
+    @functools.wraps(method)
+    def again(self: SQLStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreUnavailable as exc:
+            if not _dropped(exc):
+                raise
+            return method(self, *args, **kwargs)
+
+    return again  # type: ignore[return-value]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Options:
     schema: str | None = None
@@ -397,7 +424,9 @@ class SQLStore(Store):
                 sa.event.listen(engine, "connect", self._on_sqlite_connect)
                 return engine
             # Name the sessions (pg_stat_activity shows who holds them) unless the URL does.
-            connect_args = {} if "application_name" in sa_url.query else {"application_name": "durability"}
+            connect_args = (
+                {} if "application_name" in sa_url.query else {"application_name": "durability"}
+            )
             engine = sa.create_engine(
                 sa_url,
                 pool_size=self.options.pool_size,
@@ -459,9 +488,12 @@ class SQLStore(Store):
     @contextmanager
     def _read(self, action: str) -> Iterator[SAConnection]:
         """A read transaction: several statements that see one snapshot (SQLite WAL)."""
-        with self._errors(action), self._engine.connect() as conn:
-            with conn.execution_options(durability_begin="BEGIN").begin():
-                yield conn
+        with (
+            self._errors(action),
+            self._engine.connect() as conn,
+            conn.execution_options(durability_begin="BEGIN").begin(),
+        ):
+            yield conn
 
     @contextmanager
     def _one(self, action: str) -> Iterator[SAConnection]:
@@ -501,6 +533,7 @@ class SQLStore(Store):
         with self._one("read the migrations") as conn:
             return sorted(conn.execute(sa.select(migrations_table.c.version)).scalars())
 
+    @_reconnecting
     def _read_generation(self) -> int | None:
         with self._one("read the format generation") as conn:
             value = conn.execute(
@@ -508,6 +541,7 @@ class SQLStore(Store):
             ).scalar()
         return None if value is None else int(value)
 
+    @_reconnecting
     def _write_generation(self, generation: int) -> None:
         with self._one("record the format generation") as conn:
             conn.execute(
@@ -516,6 +550,7 @@ class SQLStore(Store):
                 .on_conflict_do_update(index_elements=["key"], set_={"value": str(generation)})
             )
 
+    @_reconnecting
     def _has_any_checkpoint(self) -> bool:
         with self._one("look for checkpoints") as conn:
             return conn.execute(sa.select(checkpoints.c.seq).limit(1)).first() is not None
@@ -528,15 +563,36 @@ class SQLStore(Store):
     # ------------------------------------------------------------------ checkpoints
 
     def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
+        try:
+            return self._insert_once(rows, synced, retry=False)
+        except StoreUnavailable as exc:
+            if not _dropped(exc):
+                raise
+            # The server dropped the connection: send it again on a fresh one. If the first
+            # attempt committed before the drop, the retry finds these very rows and returns them.
+            return self._insert_once(rows, synced, retry=True)
+
+    def _insert_once(
+        self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
+    ) -> list[int]:
         if len(rows) == 1:  # the hot path: one INSERT … RETURNING, committed on its own
             with self._one("put a checkpoint") as conn:
-                return self._insert_rows(conn, rows, synced)
+                return self._insert_rows(conn, rows, synced, retry=retry)
         with self._write("put checkpoints") as conn:
-            return self._insert_rows(conn, rows, synced)
+            return self._insert_rows(conn, rows, synced, retry=retry)
 
     def _insert_rows(
-        self, conn: SAConnection, rows: list[EncodedCheckpoint], synced: bool
+        self,
+        conn: SAConnection,
+        rows: list[EncodedCheckpoint],
+        synced: bool,
+        *,
+        retry: bool = False,
     ) -> list[int]:
+        if retry:
+            stored = [self._stored_copy(conn, r) for r in rows]
+            if all(s is not None for s in stored):
+                return [s for s in stored if s is not None]
         try:
             if len(rows) == 1:
                 params = self._sql.insert_params(rows[0], synced)
@@ -553,21 +609,36 @@ class SQLStore(Store):
                 )
             raise CheckpointConflict(message) from exc
 
+    def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
+        """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
+        key = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
+        found = conn.exec_driver_sql(
+            self._sql.get, (key, row.thread_id, row.namespace, row.checkpoint_id)
+        ).first()
+        if found is None:
+            return None
+        stored = _encoded(found)
+        seq, stored.seq = stored.seq, row.seq
+        return seq if stored == row else None
+
     def _select_rows(self) -> sa.Select[Any]:
         return sa.select(*_ROW_COLUMNS)
 
+    @_reconnecting
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
         params = (thread_key(thread_id), thread_id, namespace)
         with self._one("read the latest checkpoint") as conn:
             row = conn.exec_driver_sql(self._sql.latest, params).first()
         return None if row is None else _encoded(row)
 
+    @_reconnecting
     def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
         params = (thread_key(thread_id), thread_id)
         with self._one("read the latest checkpoint") as conn:
             row = conn.exec_driver_sql(self._sql.latest_any, params).first()
         return None if row is None else _encoded(row)
 
+    @_reconnecting
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
         key = checkpoint_key(thread_id, namespace, checkpoint_id)
         with self._one("read a checkpoint") as conn:
@@ -576,6 +647,7 @@ class SQLStore(Store):
             ).first()
         return None if row is None else _encoded(row)
 
+    @_reconnecting
     def _history(
         self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
     ) -> list[EncodedCheckpoint]:
@@ -589,6 +661,7 @@ class SQLStore(Store):
         with self._one("read a thread's history") as conn:
             return [_encoded(r) for r in conn.execute(query)]
 
+    @_reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         regular = [_write_values(w) for w in rows if w.idx >= 0]
         special = [_write_values(w) for w in rows if w.idx < 0]
@@ -612,6 +685,7 @@ class SQLStore(Store):
                     special,
                 )
 
+    @_reconnecting
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
         query = (
             sa.select(
@@ -637,6 +711,7 @@ class SQLStore(Store):
 
     # ------------------------------------------------------------------ threads
 
+    @_reconnecting
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
         after = cursor or ""
         from_checkpoints = (
@@ -688,12 +763,26 @@ class SQLStore(Store):
             for k, thread_id in sorted(set(totals) | set(ledger))
         ]
 
+    @_reconnecting
     def _thread_record(self, thread_id: str) -> ThreadRecord | None:
         with self._read("look up a thread") as conn:
             for record in self._records(conn, [thread_key(thread_id)]):
                 if record.thread_id == thread_id:
                     return record
         return None
+
+    @_reconnecting
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        due = threads.c.due_at
+        with self._read("list finished threads") as conn:
+            keys = list(
+                conn.execute(
+                    sa.select(threads.c.tkey).where(due.isnot(None), due <= to_micros(now))
+                ).scalars()
+            )
+            return [
+                r for r in self._records(conn, keys) if r.due_at is not None and r.due_at <= now
+            ]
 
     def _delete_thread(self, thread_id: str) -> Deleted:
         with self._write("delete a thread") as conn:
@@ -726,6 +815,7 @@ class SQLStore(Store):
         )
         conn.execute(stmt.on_conflict_do_update(index_elements=["tkey"], set_=values))
 
+    @_reconnecting
     def _ledger_start(
         self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
     ) -> None:
@@ -740,12 +830,14 @@ class SQLStore(Store):
                 declared_finished=_duration(retention.finished),
             )
 
+    @_reconnecting
     def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
         with self._one("mark a thread finished") as conn:
             self._upsert_ledger(
                 conn, thread_id, finished_at=to_micros(finished_at), due_at=to_micros(due)
             )
 
+    @_reconnecting
     def _ledger_unmark(self, thread_id: str) -> None:
         with self._one("unmark a finished thread") as conn:
             conn.execute(
@@ -754,6 +846,7 @@ class SQLStore(Store):
                 .values(finished_at=None, due_at=None)
             )
 
+    @_reconnecting
     def _lease_acquire(
         self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
     ) -> Lease:
@@ -790,6 +883,7 @@ class SQLStore(Store):
             expires_at=expires_at,
         )
 
+    @_reconnecting
     def _lease_renew(
         self, thread_id: str, holder: str, now: datetime, expires_at: datetime
     ) -> Lease:
@@ -817,6 +911,7 @@ class SQLStore(Store):
         assert lease is not None
         return lease
 
+    @_reconnecting
     def _lease_release(self, thread_id: str, holder: str) -> None:
         with self._one("release a lease") as conn:
             conn.execute(
@@ -862,6 +957,7 @@ class SQLStore(Store):
             row = conn.execute(stmt).first()
         return None if row is None else _park(row)
 
+    @_reconnecting
     def _get_park(self, thread_id: str) -> Park | None:
         with self._one("read a park") as conn:
             row = conn.execute(
@@ -871,12 +967,14 @@ class SQLStore(Store):
             ).first()
         return None if row is None else _park(row)
 
+    @_reconnecting
     def _parks(self) -> list[Park]:
         with self._one("list parks") as conn:
             return [_park(r) for r in conn.execute(sa.select(parks).order_by(parks.c.deadline))]
 
     # ------------------------------------------------------------------ outbox
 
+    @_reconnecting
     def _fetch_unsynced(
         self, limit: int, max_bytes: int | None, project_id: str | None
     ) -> list[EncodedCheckpoint]:
@@ -892,6 +990,7 @@ class SQLStore(Store):
             rows = [_encoded(r) for r in conn.execute(query)]
         return cap_bytes(rows, max_bytes)
 
+    @_reconnecting
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         with self._write("mark rows synced") as conn:
             for chunk in _chunks([seq for _, seq in keys]):
@@ -901,6 +1000,7 @@ class SQLStore(Store):
                     .values(synced=True, sync_error=None, synced_at=to_micros(now))
                 )
 
+    @_reconnecting
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
         if not reasons:
             return
@@ -923,6 +1023,7 @@ class SQLStore(Store):
                     .values(attempts=checkpoints.c.attempts + 1, last_error=error)
                 )
 
+    @_reconnecting
     def _release(self, keys: list[RowKey] | None) -> int:
         quarantined = _quarantined
         with self._write("release quarantined rows") as conn:
@@ -943,6 +1044,7 @@ class SQLStore(Store):
                 ).rowcount
             return total
 
+    @_reconnecting
     def _outbox(
         self,
         state: str | None,
@@ -1001,6 +1103,7 @@ class SQLStore(Store):
                 for r in conn.execute(query)
             ]
 
+    @_reconnecting
     def _record_connection(self, connection: Connection) -> None:
         values = {"target": connection.target, "connected_at": to_micros(connection.connected_at)}
         with self._one("record a connection") as conn:
@@ -1010,10 +1113,12 @@ class SQLStore(Store):
                 .on_conflict_do_update(index_elements=["project_id"], set_=values)
             )
 
+    @_reconnecting
     def _forget_connection(self, project_id: str) -> None:
         with self._one("forget a connection") as conn:
             conn.execute(connections.delete().where(connections.c.project_id == project_id))
 
+    @_reconnecting
     def _connections(self) -> list[Connection]:
         with self._one("read connections") as conn:
             return [
@@ -1074,18 +1179,19 @@ class _HotStatements:
     _INSERTED = (*_ENCODED_FIELDS, "tkey", "ckey", "synced", "attempts")
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
+        # Identifiers are quoted by the dialect and values are always bound parameters.
         quote = dialect.identifier_preparer.quote
         table = f"{quote(schema)}.{quote(checkpoints.name)}" if schema else quote(checkpoints.name)
         mark = "?" if dialect.paramstyle == "qmark" else "%s"
         names = ", ".join(quote(c) for c in self._INSERTED)
         marks = ", ".join([mark] * len(self._INSERTED))
-        self.insert = f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING seq"
+        self.insert = f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
         columns = ", ".join(quote(c.name) for c in _ROW_COLUMNS)
-        select = f"SELECT {columns} FROM {table} WHERE tkey = {mark} AND thread_id = {mark}"
+        select = f"SELECT {columns} FROM {table} WHERE tkey = {mark} AND thread_id = {mark}"  # noqa: S608
         self.latest = f"{select} AND namespace = {mark} ORDER BY seq DESC LIMIT 1"
         self.latest_any = f"{select} ORDER BY seq DESC LIMIT 1"
         self.get = (
-            f"SELECT {columns} FROM {table} WHERE ckey = {mark} AND thread_id = {mark} "
+            f"SELECT {columns} FROM {table} WHERE ckey = {mark} AND thread_id = {mark} "  # noqa: S608
             f"AND namespace = {mark} AND checkpoint_id = {mark}"
         )
 
