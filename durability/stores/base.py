@@ -307,9 +307,16 @@ class Store(ABC):
             generation = self._read_generation()
             if generation is None:
                 if self._has_any_checkpoint():
-                    raise self._format_error("holds checkpoints but records no format generation")
-                self._write_generation(FORMAT_GENERATION)
-            elif generation != FORMAT_GENERATION:
+                    # Another handle may have recorded it and written since we read: a store is
+                    # refused only if its checkpoints still have no generation beside them.
+                    generation = self._read_generation()
+                    if generation is None:
+                        raise self._format_error(
+                            "holds checkpoints but records no format generation"
+                        )
+                else:
+                    self._write_generation(FORMAT_GENERATION)
+            if generation is not None and generation != FORMAT_GENERATION:
                 raise self._format_error(f"was written in format generation {generation}")
             self._ready = True
 
