@@ -204,7 +204,9 @@ class Runner:
             for key, value in (retention or {}).items()
         }
         if lease_ttl <= timedelta(0):
-            raise ConfigError(f"cannot define runner {name!r}: lease_ttl {lease_ttl} must be positive")
+            raise ConfigError(
+                f"cannot define runner {name!r}: lease_ttl {lease_ttl} must be positive"
+            )
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat if heartbeat is not None else lease_ttl.total_seconds() / 3
         self.timeout = timeout
@@ -288,7 +290,9 @@ class Runner:
         hint = store.latest(thread_id)
         run_id = hint.run_id if hint is not None else ""
         try:
-            with self._holding(_Run.peek(self, store, deployment_store, thread_id, run_id), control) as held:
+            with self._holding(
+                _Run.peek(self, store, deployment_store, thread_id, run_id), control
+            ) as held:
                 source = self._resume_source(store, thread_id, action=action)
                 held.adopt(source)
                 parked = source.status == INTERRUPTED
@@ -571,7 +575,9 @@ class AgentNode:
 
     def thread_for(self, *, flow_run_id: str, thread_id: str) -> str:
         """The session thread this node uses in the given flow run."""
-        return self.session_thread.format(flow_run_id=flow_run_id, thread_id=thread_id, node=self.name)
+        return self.session_thread.format(
+            flow_run_id=flow_run_id, thread_id=thread_id, node=self.name
+        )
 
     def __call__(self, state: Any, ctx: RunContext) -> Any:
         store = self.store or ctx.store
@@ -585,7 +591,9 @@ class AgentNode:
             owner = f"flow:{ctx.runner}" if self.owned else None
             result = self.agent.start(store, state, thread_id=thread, owner=owner, control=control)
         while result.park is not None:
-            answer = ctx.interrupt(result.park.reason, result.park.context, deadline=result.park.deadline)
+            answer = ctx.interrupt(
+                result.park.reason, result.park.context, deadline=result.park.deadline
+            )
             result = self.agent.resume(store, thread, answer, control=control)
         if result.status == FAILED:
             ctx.check()  # the flow's own stop, abort or timeout reached the agent: end the same way
@@ -603,7 +611,8 @@ class RunControl:
     """Stop or abort a running run from any thread (cooperative: Python cannot kill a step).
 
     * :meth:`stop` (cancel): the step in flight finishes and is checkpointed, then the run ends
-      failed with reason ``cancelled``; a step that calls ``ctx.check()`` stops at once.
+      failed with reason ``cancelled`` (or completed, when that was its last step); a step that
+      calls ``ctx.check()`` stops at once.
     * :meth:`abort`: the step in flight is discarded (not checkpointed) even if it returns;
       the run ends failed with reason ``aborted``.
     """
@@ -683,9 +692,7 @@ class RunContext:
         resume_value: the answer this execution of the step was resumed with, else ``NO_VALUE``.
     """
 
-    def __init__(
-        self, execution: _Execution, step: Step, index: int, resume_value: Any
-    ) -> None:
+    def __init__(self, execution: _Execution, step: Step, index: int, resume_value: Any) -> None:
         run = execution.run
         self.store = run.store
         self.thread_id = run.thread_id
@@ -786,7 +793,9 @@ class _Run:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return {RUN_METADATA: {"minted": self.minted, "owner": self.owner, "kind": self.runner.kind}}
+        return {
+            RUN_METADATA: {"minted": self.minted, "owner": self.owner, "kind": self.runner.kind}
+        }
 
     def row(
         self,
@@ -839,7 +848,9 @@ class _Execution:
     def begin(self) -> None:
         """Record the run start: unmark every thread the run may mark, record the retention."""
         run = self.run
-        for ledger, thread in dict.fromkeys([(run.store, run.thread_id), *run.runner.owned_threads(run)]):
+        for ledger, thread in dict.fromkeys(
+            [(run.store, run.thread_id), *run.runner.owned_threads(run)]
+        ):
             ledger.unmark_finished(thread)
         run.store.record_run_start(
             run.thread_id, run_id=run.run_id, owner=run.owner, retention=run.retention
@@ -922,7 +933,13 @@ class _Execution:
             )
         except ParkRefused as exc:
             return self.end(state, FAILED, position, reason=REASON_ERROR, exception=exc)
-        log.info("run %r on thread %r parked at step %r: %s", run.run_id, run.thread_id[:80], step.name, ask.reason)
+        log.info(
+            "run %r on thread %r parked at step %r: %s",
+            run.run_id,
+            run.thread_id[:80],
+            step.name,
+            ask.reason,
+        )
         return RunResult(
             runner=run.runner.name,
             thread_id=run.thread_id,
@@ -956,7 +973,12 @@ class _Execution:
         end_state = {**state, **record} if isinstance(state, dict) else state
         stored = self.write(
             run.row(
-                RUN_END_NODE, position + 1, STEP_RUN_END, end_state, status=status, node_output=record
+                RUN_END_NODE,
+                position + 1,
+                STEP_RUN_END,
+                end_state,
+                status=status,
+                node_output=record,
             )
         )
         for ledger, thread in run.runner.owned_threads(run):
@@ -1026,7 +1048,9 @@ def read_thread(store: Store, thread_id: str, *, page: int = 1000) -> list[Check
         after = batch[-1].seq
 
 
-def _last_step_of(history: Sequence[Checkpoint], run_id: str, before_seq: int | None) -> Checkpoint | None:
+def _last_step_of(
+    history: Sequence[Checkpoint], run_id: str, before_seq: int | None
+) -> Checkpoint | None:
     """The run's last row that is not a run end, before ``before_seq`` (seq order)."""
     for cp in reversed(history):
         if before_seq is not None and cp.seq is not None and cp.seq >= before_seq:
@@ -1063,7 +1087,9 @@ class RunInfo:
     time_left: timedelta | None = None
 
 
-def list_runs(store: Store, *, now: datetime | None = None, progress: bool = False) -> list[RunInfo]:
+def list_runs(
+    store: Store, *, now: datetime | None = None, progress: bool = False
+) -> list[RunInfo]:
     """Every run in the store, thread by thread, each with its status, lease and park.
 
     Reads each thread's root namespace whole, in ``seq`` order. ``progress`` shows a tqdm bar.

@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, open_store, print_json, print_table, url_argument
+from durability.cli._common import (
+    friendly_errors,
+    json_option,
+    open_store,
+    print_json,
+    print_table,
+    url_argument,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -37,7 +44,19 @@ def runs(url: str, as_json: bool) -> None:
         print_json([asdict(i) for i in infos])
         return
     print_table(
-        ["thread", "run", "runner", "status", "reason", "last step", "steps", "updated", "lease until", "park", "time left"],
+        [
+            "thread",
+            "run",
+            "runner",
+            "status",
+            "reason",
+            "last step",
+            "steps",
+            "updated",
+            "lease until",
+            "park",
+            "time left",
+        ],
         [
             (
                 i.thread_id,
@@ -73,12 +92,33 @@ def _time_left(value: Any) -> Any:
     metavar="MODULE:ATTR",
     help="The run definition: a Runner, or a factory returning one (the current directory is importable).",
 )
-@click.option("--value", "value_json", default=None, metavar="JSON", help="The answer for a parked run, as JSON.")
-@click.option("--single-worker", is_flag=True, help="SQLite: this host's workers are the only resumers, so the run may park again.")
-@click.option("--deployment-url", default=None, metavar="URL", help="A flow's deployment store, where it marks the session threads it owns (default: URL).")
+@click.option(
+    "--value",
+    "value_json",
+    default=None,
+    metavar="JSON",
+    help="The answer for a parked run, as JSON.",
+)
+@click.option(
+    "--single-worker",
+    is_flag=True,
+    help="SQLite: this host's workers are the only resumers, so the run may park again.",
+)
+@click.option(
+    "--deployment-url",
+    default=None,
+    metavar="URL",
+    help="A flow's deployment store, where it marks the session threads it owns (default: URL).",
+)
 @json_option
 def resume(
-    url: str, thread_id: str, runner_spec: str, value_json: str | None, single_worker: bool, deployment_url: str | None, as_json: bool
+    url: str,
+    thread_id: str,
+    runner_spec: str,
+    value_json: str | None,
+    single_worker: bool,
+    deployment_url: str | None,
+    as_json: bool,
 ) -> None:
     """Resume the latest run of THREAD in the store at URL with the runner MODULE:ATTR.
 
@@ -94,7 +134,10 @@ def resume(
         try:
             value = json.loads(value_json)
         except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"{value_json!r} is not JSON ({exc}); quote it, e.g. --value '{{\"approved\": true}}'", param_hint="--value") from exc
+            raise click.BadParameter(
+                f"{value_json!r} is not JSON ({exc}); quote it, e.g. --value '{{\"approved\": true}}'",
+                param_hint="--value",
+            ) from exc
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: runners next to the caller import
     options = {"single_worker": True} if single_worker else {}
