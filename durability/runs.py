@@ -63,8 +63,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from durability import codec
 from durability.errors import (
     AlreadyResumed,
+    CodecError,
     ConfigError,
     LeaseHeld,
     LeaseLost,
@@ -238,9 +240,13 @@ class Runner:
         another worker is running the thread, :class:`~durability.errors.LeaseLost` when the run
         lost its lease.
         """
+        action = f"start runner {self.name!r}"
         minted = thread_id is None
         thread = str(uuid.uuid4()) if thread_id is None else thread_id
-        check_id(thread, "thread_id", action=f"start runner {self.name!r}")
+        check_id(thread, "thread_id", action=action)
+        if owner is not None:
+            check_id(owner, "owner", action=action)
+        codec.dumps(state, path="state")  # refused here, before the thread is touched
         run = _Run(
             runner=self,
             store=store,
@@ -286,6 +292,8 @@ class Runner:
         resumed without one.
         """
         action = f"resume thread {thread_id!r}"
+        if value is not NO_VALUE:
+            codec.dumps(value, path="value")  # refused here, before the park is claimed
         locate_thread(store, thread_id, action=action)
         hint = store.latest(thread_id)
         run_id = hint.run_id if hint is not None else ""
@@ -366,6 +374,7 @@ class Runner:
         new_thread = str(uuid.uuid4()) if new_thread_id is None else new_thread_id
         check_id(new_thread, "new_thread_id", action=action)
         start_state = source.state if state is NO_VALUE else state
+        codec.dumps(start_state, path="state")
         run = _Run(
             runner=self,
             store=store,
@@ -882,45 +891,48 @@ class _Execution:
         """Run the steps after ``position``; the first gets ``value`` as its resume value."""
         steps = self.run.runner.steps
         for index in range(position + 1, len(steps)):
-            reason = self.signals.pending()
-            if reason == _LOST:
-                assert self.signals.lost is not None
-                raise self._lost(self.signals.lost)
+            reason = self._stop_reason()
             if reason is not None:
                 return self.end(state, FAILED, position, reason=reason)
             step = steps[index]
-            ctx = RunContext(self, step, index, value)
             try:
-                new_state = step.fn(state, ctx)
+                new_state = step.fn(state, RunContext(self, step, index, value))
             except _Interrupt as ask:
+                reason = self._stop_reason()  # a run asked to stop never parks
+                if reason is not None:
+                    return self.end(state, FAILED, position, reason=reason)
                 return self.park(state, step, index, ask, position)
-            except _Stop as stop:
-                if stop.reason == _LOST:
-                    assert self.signals.lost is not None
-                    raise self._lost(self.signals.lost) from None
-                return self.end(state, FAILED, position, reason=stop.reason)
+            except _Stop:
+                reason = self._stop_reason()
+                assert reason is not None
+                return self.end(state, FAILED, position, reason=reason)
             except Exception as exc:
                 return self.end(state, FAILED, position, reason=REASON_ERROR, exception=exc)
-            if self.signals.pending() in (_LOST, REASON_ABORTED):
-                continue  # the step's output is discarded; the loop's check ends the run
-            self.write(
-                self.run.row(
-                    step.name,
-                    index,
-                    STEP_NODE,
-                    new_state,
-                    node_input={} if value is NO_VALUE else {"resume": value},
-                    node_output=_changes(state, new_state),
+            if self._stop_reason() == REASON_ABORTED:  # the step's output is discarded
+                return self.end(state, FAILED, position, reason=REASON_ABORTED)
+            try:
+                self.write(
+                    self.run.row(
+                        step.name,
+                        index,
+                        STEP_NODE,
+                        new_state,
+                        node_input={} if value is NO_VALUE else {"resume": value},
+                        node_output=_changes(state, new_state),
+                    )
                 )
-            )
+            except CodecError as exc:  # the step returned a state no store can hold
+                return self.end(state, FAILED, position, reason=REASON_ERROR, exception=exc)
             state, position, value = new_state, index, NO_VALUE
+        return self.end(state, COMPLETED, position)
+
+    def _stop_reason(self) -> str | None:
+        """Why the run must stop now (abort, stop, timeout), or ``None``; raise if the lease is lost."""
         reason = self.signals.pending()
         if reason == _LOST:
             assert self.signals.lost is not None
             raise self._lost(self.signals.lost)
-        if reason == REASON_ABORTED:
-            return self.end(state, FAILED, position, reason=reason)
-        return self.end(state, COMPLETED, position)
+        return reason
 
     def park(self, state: Any, step: Step, index: int, ask: _Interrupt, position: int) -> RunResult:
         """Park the run on ``ask``; a refused park fails the run with the refusal as its error."""
@@ -931,7 +943,7 @@ class _Execution:
             stored, park = run.store.park(
                 cp, deadline=ask.deadline, reason=ask.reason, context=ask.context
             )
-        except ParkRefused as exc:
+        except (ParkRefused, CodecError) as exc:
             return self.end(state, FAILED, position, reason=REASON_ERROR, exception=exc)
         log.info(
             "run %r on thread %r parked at step %r: %s",
@@ -984,7 +996,8 @@ class _Execution:
         for ledger, thread in run.runner.owned_threads(run):
             ledger.mark_finished(thread)
         if status == FAILED:
-            log.warning(
+            log.log(
+                logging.WARNING if reason in (REASON_ERROR, REASON_TIMEOUT) else logging.INFO,
                 "run %r of runner %r on thread %r failed (%s)%s",
                 run.run_id,
                 run.runner.name,
