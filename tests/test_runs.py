@@ -23,6 +23,7 @@ from durability import Checkpoint
 from durability.clock import FrozenClock
 from durability.errors import (
     AlreadyResumed,
+    CodecError,
     ConfigError,
     LeaseHeld,
     LeaseLost,
@@ -1058,3 +1059,34 @@ def test_no_value_is_distinct_from_none() -> None:
     """NO_VALUE (no answer given) is not None (an answer)."""
     assert NO_VALUE is not None
     assert repr(NO_VALUE) == "NO_VALUE"
+
+
+def test_values_no_store_can_hold_are_refused_without_a_trace(store: Store) -> None:
+    """An unencodable input or answer is refused before the thread is touched; an unencodable step output fails the run."""
+    runner = Runner("codec", [("bad", lambda s, c: {**s, "x": float("nan")})])
+    with pytest.raises(CodecError, match=r"state\.x"):
+        runner.start(store, {"x": float("inf")}, thread_id="never")
+    assert store.thread("never") is None
+    result = runner.start(store, {})
+    assert (result.status, result.last_step) == ("failed", None)
+    assert result.error is not None
+    assert result.error.startswith("CodecError")
+    assert "state.x" in result.error
+    if store.capabilities.can_park:
+        parked = runner_defs.approval.start(store, {"topic": "t"})
+        with pytest.raises(CodecError, match="value"):
+            runner_defs.approval.resume(store, parked.thread_id, {"approved": float("nan")})
+        assert store.get_park(parked.thread_id) == parked.park
+
+
+def test_a_run_asked_to_stop_never_parks(store: Store) -> None:
+    """A step that asks after a stop was requested ends the run cancelled instead of parking it."""
+    control = RunControl()
+
+    def ask(state: Any, ctx: RunContext) -> Any:
+        control.stop()
+        return ctx.interrupt("too late", deadline=timedelta(hours=1))
+
+    result = Runner("late", [("ask", ask)]).start(store, {}, control=control)
+    assert (result.status, result.reason) == ("failed", "cancelled")
+    assert store.parks() == []
