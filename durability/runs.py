@@ -64,6 +64,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durability import codec
+from durability.clock import as_utc
 from durability.errors import (
     AlreadyResumed,
     CodecError,
@@ -88,7 +89,7 @@ from durability.model import (
     Park,
 )
 from durability.settings import Retention, declare_retention, parse_duration
-from durability.stores.base import Store, check_id
+from durability.stores.base import Store, check_id, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +323,7 @@ class Runner:
                         raise AlreadyResumed(
                             f"cannot resume run {source.run_id!r} on thread {thread_id!r}: another "
                             "worker claimed its park first (exactly one resumer wins); see "
-                            f"`durability runs {store.url}`"
+                            f"`durability runs {redact_url(store.url)}`"
                         )
                 held.begin()
                 return held.execute(source.state, position=self._position(source), value=value)
@@ -736,8 +737,9 @@ class RunContext:
         if not self._answered:
             self._answered = True
             return self.resume_value
-        when = self.now() + deadline if isinstance(deadline, timedelta) else deadline
-        raise _Interrupt(reason, context, when)
+        if isinstance(deadline, timedelta):
+            deadline = self.now() + deadline
+        raise _Interrupt(reason, context, None if deadline is None else as_utc(deadline))
 
     @property
     def cancelled(self) -> bool:

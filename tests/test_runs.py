@@ -1090,3 +1090,16 @@ def test_a_run_asked_to_stop_never_parks(store: Store) -> None:
     result = Runner("late", [("ask", ask)]).start(store, {}, control=control)
     assert (result.status, result.reason) == ("failed", "cancelled")
     assert store.parks() == []
+
+
+def test_a_naive_deadline_fails_the_run_naming_it(store: Store) -> None:
+    """An ask whose deadline has no timezone is refused by name, never guessed."""
+
+    def ask(state: Any, ctx: RunContext) -> Any:
+        return ctx.interrupt("when?", deadline=datetime(2026, 3, 3, 9, 0))
+
+    result = Runner("naive", [("ask", ask)]).start(store, {})
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("ConfigError")
+    assert "naive datetime" in result.error
