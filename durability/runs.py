@@ -437,7 +437,7 @@ class Runner:
             return None
         return declare_retention(store.settings, **self.retention)
 
-    def owned_threads(self, run: _Run) -> list[tuple[Store, str]]:
+    def _owned_threads(self, run: _Run) -> list[tuple[Store, str]]:
         """The (ledger, thread) pairs this run marks finished at its terminal."""
         return [(run.store, run.thread_id)] if run.minted else []
 
@@ -545,7 +545,7 @@ class Flow(Runner):
             if isinstance(node, AgentNode) and node.owned
         ]
 
-    def owned_threads(self, run: _Run) -> list[tuple[Store, str]]:
+    def _owned_threads(self, run: _Run) -> list[tuple[Store, str]]:
         owned = self.session_threads(run.run_id, run.thread_id)
         return [(run.store, run.thread_id), *((run.deployment, t) for t in owned)]
 
@@ -860,7 +860,7 @@ class _Execution:
         """Record the run start: unmark every thread the run may mark, record the retention."""
         run = self.run
         for ledger, thread in dict.fromkeys(
-            [(run.store, run.thread_id), *run.runner.owned_threads(run)]
+            [(run.store, run.thread_id), *run.runner._owned_threads(run)]
         ):
             ledger.unmark_finished(thread)
         run.store.record_run_start(
@@ -995,7 +995,7 @@ class _Execution:
                 node_output=record,
             )
         )
-        for ledger, thread in run.runner.owned_threads(run):
+        for ledger, thread in run.runner._owned_threads(run):
             ledger.mark_finished(thread)
         if status == FAILED:
             log.log(

@@ -755,9 +755,11 @@ def test_minted_thread_is_marked_in_its_own_providers_ledger(
     store: Store, clock: FrozenClock
 ) -> None:
     """A run with no thread id mints one and marks it finished in the store it ran on (a per-run provider), nowhere else."""
-    deployment = memory(clock)
-    done = Runner("mints", [add("a")]).start(store, {})
-    failed = Runner("mints", [("a", lambda s, c: 1 / 0)]).start(store, {})
+    deployment = memory(clock)  # the deployment's configured store; the run was given its own
+    done = Runner("mints", [add("a")]).start(store, {}, deployment_store=deployment)
+    failed = Runner("mints", [("a", lambda s, c: 1 / 0)]).start(
+        store, {}, deployment_store=deployment
+    )
     for result in (done, failed):
         record = store.thread(result.thread_id)
         assert result.thread_minted
