@@ -25,8 +25,9 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │       └── LeaseLost                      the caller's lease expired or was taken
     ├── ReplicationError                       talking to the control plane
     ├── RestoreError
-    ├── RunError
-    │   └── RunNotResumable
+    ├── RunError                               the durable runner refused or failed an operation
+    │   └── RunNotResumable                    a completed run, or nothing to resume from
+    │       └── AlreadyResumed                 another worker resumed the run first
     └── SweepError
 """
 
@@ -129,6 +130,10 @@ class RunError(DurabilityError):
 
 class RunNotResumable(RunError):
     """The run cannot be resumed (it completed, or has nothing to resume from)."""
+
+
+class AlreadyResumed(RunNotResumable):
+    """Another worker resumed the run first: of competing resumers exactly one wins."""
 
 
 class SweepError(DurabilityError):

@@ -19,6 +19,7 @@ INTERRUPTED = "interrupted"
 FAILED = "failed"
 
 # Step types (fastaiagent's vocabulary plus LangGraph's).
+STEP_RUN_START = "run_start"  # the runner's first row of a run: its input state
 STEP_NODE = "node"
 STEP_HITL_PAUSE = "hitl_pause"
 STEP_FORK_ORIGIN = "fork_origin"
