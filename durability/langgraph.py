@@ -27,8 +27,9 @@ durability field             from LangGraph
 ``run_id``                   ``metadata["run_id"]`` (``""`` when the caller passed none)
 ``step``                     ``metadata["step"]`` (-1 for the input checkpoint)
 ``node_id``                  the node(s) whose writes made this checkpoint, comma-separated and
-                             sorted (the pull tasks that wrote against its parent in this
-                             process); ``__input__`` for an input checkpoint
+                             sorted: those whose ``versions_seen`` moved since the parent
+                             checkpoint (the nodes that ran; ``Send`` tasks leave no trace
+                             there); ``__input__`` for an input checkpoint
 ``step_type``                ``"langgraph"``
 ``status``                   ``completed``; ``interrupted`` while an ``__interrupt__`` write
                              against it is pending, and ``completed`` again once a
@@ -127,7 +128,7 @@ INTERRUPT = "__interrupt__"
 RESUME = "__resume__"
 _PULL = "__pregel_pull"
 _DELTA_MARKER = "counters_since_delta_snapshot"
-#: How many checkpoints' writers (and interrupts) the saver remembers between calls.
+#: How many checkpoints' ``versions_seen`` (and interrupts) the saver remembers between calls.
 _MEMORY = 10_000
 #: How many tuples ``alist`` takes from the store per worker-thread hop.
 _ALIST_CHUNK = 64
@@ -150,10 +151,10 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
         self.store: Store = durability.open(store) if isinstance(store, str) else store
         self._typed = serde is not None
         self._lock = threading.Lock()
-        # (thread, namespace, checkpoint) -> node names that wrote against it, and the
-        # checkpoints this process marked interrupted.
-        self._writers: dict[tuple[str, str, str], set[str]] = {}
-        self._interrupted: dict[tuple[str, str, str], None] = {}
+        # (thread, namespace, checkpoint) -> the versions_seen it was put with (a child's
+        # put compares against it), and the checkpoints this process marked interrupted.
+        self._seen: dict[tuple[str, str, str], Any] = {}
+        self._interrupted: dict[tuple[str, str, str], Any] = {}
 
     def __repr__(self) -> str:
         return f"<DurabilitySaver {redact_url(self.store.url)}>"
@@ -208,11 +209,16 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             if channel in versions
         }
         bookkeeping = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
-        writers = self._take(self._writers, (thread_id, namespace, parent or ""))
-        if writers:
-            node_id = ",".join(sorted(writers))
+        seen = {node: dict(v) for node, v in checkpoint.get("versions_seen", {}).items()}
+        if stored_metadata.get("source") == "input":
+            node_id = INPUT_NODE
         else:
-            node_id = INPUT_NODE if stored_metadata.get("source") == "input" else ""
+            before = self._parent_seen(thread_id, namespace, parent)
+            # LangGraph also tracks what its interrupt_before/after checks saw, under
+            # "__interrupt__"; that is not a node.
+            node_id = ",".join(
+                sorted(n for n, v in seen.items() if n != INTERRUPT and before.get(n) != v)
+            )
         self.store.put(
             Checkpoint(
                 thread_id=thread_id,
@@ -228,9 +234,28 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
                 metadata={**stored_metadata, BOOKKEEPING: bookkeeping},
             )
         )
+        key = (thread_id, namespace, checkpoint["id"])
+        with self._lock:
+            self._remember(self._seen, key, seen)
+            early = self._interrupted.get(key)
+        if early is not None:  # its interrupt write arrived before this put
+            self._mark_interrupted(key, early)
         if parent and self._take(self._interrupted, (thread_id, namespace, parent)) is not None:
             self.store.set_status(thread_id, parent, namespace, status=COMPLETED)
         return _config(thread_id, namespace, checkpoint["id"])
+
+    def _parent_seen(self, thread_id: str, namespace: str, parent: str | None) -> Any:
+        """The parent's ``versions_seen``: remembered from its put, else read back once."""
+        if not parent:
+            return {}
+        remembered = self._take(self._seen, (thread_id, namespace, parent))
+        if remembered is not None:
+            return remembered
+        try:
+            stored = self.store.get(thread_id, parent, namespace)
+        except CheckpointNotFound:
+            return {}
+        return stored.metadata.get(BOOKKEEPING, {}).get("versions_seen", {})
 
     def put_writes(
         self,
@@ -263,25 +288,33 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
         )
         key = (thread_id, namespace, checkpoint_id)
         node = _node_of(task_path)
-        if node is not None:
-            with self._lock:
-                self._remember(self._writers, key).add(node)
         channels = {channel for channel, _ in writes}
         if INTERRUPT in channels:
-            reason, context = self._interrupt_fields(writes, node, task_id)
-            if self.store.set_status(
-                thread_id,
-                checkpoint_id,
-                namespace,
-                status=INTERRUPTED,
-                interrupt_reason=reason,
-                interrupt_context=context,
-            ):
-                with self._lock:
-                    self._remember(self._interrupted, key)
+            fields = self._interrupt_fields(writes, node, task_id)
+            with self._lock:
+                self._remember(self._interrupted, key, fields)
+            # LangGraph may run this before the put of the checkpoint itself (durability
+            # "async"); then the put applies the status, and this second try covers a put
+            # that landed in between.
+            if not self._mark_interrupted(key, fields):
+                self._mark_interrupted(key, fields)
         elif RESUME in channels:
             self.store.set_status(thread_id, checkpoint_id, namespace, status=COMPLETED)
             self._take(self._interrupted, key)
+
+    def _mark_interrupted(
+        self, key: tuple[str, str, str], fields: tuple[str, dict[str, Any]]
+    ) -> bool:
+        thread_id, namespace, checkpoint_id = key
+        reason, context = fields
+        return self.store.set_status(
+            thread_id,
+            checkpoint_id,
+            namespace,
+            status=INTERRUPTED,
+            interrupt_reason=reason,
+            interrupt_context=context,
+        )
 
     def _interrupt_fields(
         self, writes: Sequence[tuple[str, Any]], node: str | None, task_id: str
@@ -303,12 +336,12 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             interrupts.append(entry)
         return reason, {"node": node, "task_id": task_id, "interrupts": interrupts}
 
-    def _remember(self, memory: dict[Any, Any], key: tuple[str, str, str]) -> Any:
-        if key not in memory:
-            if len(memory) >= _MEMORY:
-                del memory[next(iter(memory))]
-            memory[key] = set() if memory is self._writers else None
-        return memory[key]
+    @staticmethod
+    def _remember(memory: dict[tuple[str, str, str], Any], key: tuple[str, str, str], value: Any) -> None:
+        """Remember ``value`` under ``key``, forgetting the oldest entry past the bound."""
+        if key not in memory and len(memory) >= _MEMORY:
+            del memory[next(iter(memory))]
+        memory[key] = value
 
     def _take(self, memory: dict[tuple[str, str, str], Any], key: tuple[str, str, str]) -> Any:
         with self._lock:
