@@ -207,9 +207,14 @@ class CheckpointRow(Protocol):
     :class:`EncodedCheckpoint` is one; a foreign (read-only) store returns rows of its own.
     """
 
-    thread_id: str
-    namespace: str
-    checkpoint_id: str
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def checkpoint_id(self) -> str: ...
 
     def decode(self) -> Checkpoint: ...
 
