@@ -86,7 +86,6 @@ import dataclasses
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -120,13 +119,15 @@ from durability.model import (
     TypedValue,
 )
 from durability.stores.base import Store, redact_url
+from durability.stores.langgraph_map import (
+    BOOKKEEPING,
+    INTERRUPT,
+    RESUME,
+    interrupt_fields,
+    node_of,
+    to_checkpoint,
+)
 
-#: The metadata key holding a LangGraph checkpoint's bookkeeping.
-BOOKKEEPING = "__langgraph__"
-INPUT_NODE = "__input__"
-INTERRUPT = "__interrupt__"
-RESUME = "__resume__"
-_PULL = "__pregel_pull"
 _DELTA_MARKER = "counters_since_delta_snapshot"
 #: How many checkpoints' ``versions_seen`` (and interrupts) the saver remembers between calls.
 _MEMORY = 10_000
@@ -208,30 +209,16 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             for channel, value in checkpoint["channel_values"].items()
             if channel in versions
         }
-        bookkeeping = {k: v for k, v in checkpoint.items() if k not in ("id", "channel_values")}
         seen = {node: dict(v) for node, v in checkpoint.get("versions_seen", {}).items()}
-        if stored_metadata.get("source") == "input":
-            node_id = INPUT_NODE
-        else:
-            before = self._parent_seen(thread_id, namespace, parent)
-            # LangGraph also tracks what its interrupt_before/after checks saw, under
-            # "__interrupt__"; that is not a node.
-            node_id = ",".join(
-                sorted(n for n, v in seen.items() if n != INTERRUPT and before.get(n) != v)
-            )
         self.store.put(
-            Checkpoint(
+            to_checkpoint(
                 thread_id=thread_id,
                 namespace=namespace,
-                checkpoint_id=checkpoint["id"],
-                parent_checkpoint_id=parent,
-                run_id=_text(stored_metadata.get("run_id")),
-                step=_integer(stored_metadata.get("step")),
-                node_id=node_id,
-                step_type=STEP_LANGGRAPH,
+                parent=parent,
+                checkpoint=checkpoint,
+                metadata=stored_metadata,
                 state=state,
-                created_at=_timestamp(checkpoint.get("ts")),
-                metadata={**stored_metadata, BOOKKEEPING: bookkeeping},
+                parent_seen=self._parent_seen(thread_id, namespace, parent),
             )
         )
         key = (thread_id, namespace, checkpoint["id"])
@@ -287,10 +274,12 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             ]
         )
         key = (thread_id, namespace, checkpoint_id)
-        node = _node_of(task_path)
+        node = node_of(task_path)
         channels = {channel for channel, _ in writes}
         if INTERRUPT in channels:
-            fields = self._interrupt_fields(writes, node, task_id)
+            fields = interrupt_fields(
+                (v for c, v in writes if c == INTERRUPT), node, task_id, clear=not self._typed
+            )
             with self._lock:
                 self._remember(self._interrupted, key, fields)
             # LangGraph may run this before the put of the checkpoint itself (durability
@@ -315,26 +304,6 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             interrupt_reason=reason,
             interrupt_context=context,
         )
-
-    def _interrupt_fields(
-        self, writes: Sequence[tuple[str, Any]], node: str | None, task_id: str
-    ) -> tuple[str, dict[str, Any]]:
-        found: list[Any] = []
-        for channel, value in writes:
-            if channel == INTERRUPT:
-                found += list(value) if isinstance(value, list | tuple) else [value]
-        values = [getattr(i, "value", i) for i in found]
-        if len(values) == 1 and isinstance(values[0], str) and not self._typed:
-            reason = values[0]
-        else:
-            reason = f"waiting for input in {node or task_id}"
-        interrupts: list[dict[str, Any]] = []
-        for item, value in zip(found, values, strict=True):
-            entry: dict[str, Any] = {"id": getattr(item, "id", None)}
-            if not self._typed:  # a serde (encryption, say) keeps values out of clear fields
-                entry["value"] = value
-            interrupts.append(entry)
-        return reason, {"node": node, "task_id": task_id, "interrupts": interrupts}
 
     @staticmethod
     def _remember(memory: dict[tuple[str, str, str], Any], key: tuple[str, str, str], value: Any) -> None:
@@ -617,28 +586,12 @@ def _check_langgraph(cp: Checkpoint) -> None:
         )
 
 
-def _node_of(task_path: str) -> str | None:
-    """The node of a pull task, from the task path LangGraph passes (``~__pregel_pull, node``)."""
-    parts = task_path.lstrip("~").split(", ")
-    return parts[1] if len(parts) >= 2 and parts[0] == _PULL else None
 
 
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
 
 
-def _integer(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 def _take_some(items: Iterator[CheckpointTuple], n: int) -> list[CheckpointTuple]:
