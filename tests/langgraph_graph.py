@@ -58,6 +58,12 @@ def start(checkpointer: Any, thread_id: str, run_id: str = "run-start") -> dict[
     return build(checkpointer).invoke({"messages": [HumanMessage("Refund order 42")]}, config)  # type: ignore[no-any-return]
 
 
+def resume_sync(checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume") -> dict[str, Any]:
+    """Resume the interrupted graph with ``answer`` (through the sync API)."""
+    config = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
+    return build(checkpointer).invoke(Command(resume=answer), config)  # type: ignore[no-any-return]
+
+
 async def resume(checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume") -> dict[str, Any]:
     """Resume the interrupted graph with ``answer`` (through the async API)."""
     config = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}

@@ -251,6 +251,17 @@ class ForeignStore(Store):
     def _lease_release(self, thread_id: str, holder: str) -> None:
         raise self._refuse("release a lease")
 
+    def park(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        deadline: datetime | None,
+        reason: str = "",
+        context: Any = None,
+    ) -> tuple[Checkpoint, Park]:
+        """Refused: read-only (before the park rules, which would refuse for another reason)."""
+        raise self._refuse("park a run")
+
     def _insert_park(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
         raise self._refuse("park a run")
 

@@ -381,7 +381,7 @@ class LangGraphStore(ForeignStore):
                             f"{self.table('checkpoint_blobs')} WHERE thread_id = ANY(:threads) GROUP BY thread_id"
                         ),
                         {"threads": [r.thread_id for r in rows]},
-                    ).tuples()
+                    ).all()
                 )
         records = []
         for r in rows:
