@@ -522,7 +522,7 @@ class SQLStore(Store):
             raise CheckpointConflict(message) from exc
 
     def _select_rows(self) -> sa.Select[Any]:
-        return sa.select(*_ROW_COLUMNS)
+        return _SELECT_ROWS
 
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
         query = (
@@ -595,7 +595,7 @@ class SQLStore(Store):
 
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
         query = (
-            sa.select(*_WRITE_COLUMNS)
+            _SELECT_WRITES
             .where(
                 writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
                 writes.c.thread_id == thread_id,
@@ -637,7 +637,7 @@ class SQLStore(Store):
         with self._read("read pending writes") as conn:
             for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
                 query = (
-                    sa.select(*_WRITE_COLUMNS)
+                    _SELECT_WRITES
                     .where(writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id)
                     .order_by(writes.c.id)
                 )
@@ -1138,6 +1138,11 @@ _WRITE_COLUMNS = [
         "task_path",
     )
 ]
+
+
+# Built once: coercing two dozen columns costs more than running the query it selects.
+_SELECT_ROWS = sa.select(*_ROW_COLUMNS)
+_SELECT_WRITES = sa.select(*_WRITE_COLUMNS)
 
 
 def _utf8_len(text: str) -> int:
