@@ -15,7 +15,9 @@ def write_section(heading: str, section: str) -> None:
     if start is None:
         updated = current.rstrip("\n") + "\n\n" + section
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
         tail = "".join(lines[end:])
         updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
     RESULTS.write_text(updated)

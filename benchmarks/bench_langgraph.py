@@ -39,8 +39,8 @@ from langgraph.checkpoint.base.id import uuid6
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import durability  # noqa: E402 - after the path is set
-from durability.langgraph import DurabilitySaver  # noqa: E402
+import durability
+from durability.langgraph import DurabilitySaver
 
 HEADING = "## LangGraph saver"
 THREADS = 50
@@ -51,7 +51,13 @@ TARGETS = {"put": 1.0, "get_tuple": 0.5, "list": 0.5}
 def state(step: int) -> dict[str, Any]:
     """A chat-like ~2 KB state; every channel's value depends on the step."""
     return {
-        "messages": [{"role": "user" if i % 2 else "assistant", "content": f"message {i} at step {step} " + "lorem ipsum " * 8} for i in range(8)],
+        "messages": [
+            {
+                "role": "user" if i % 2 else "assistant",
+                "content": f"message {i} at step {step} " + "lorem ipsum " * 8,
+            }
+            for i in range(8)
+        ],
         "context": {"user": "u-42", "locale": "en", "step": step, "tags": ["refund", "priority"]},
         "status": f"running-{step}",
         "counter": step,
@@ -70,11 +76,26 @@ def workload(saver: BaseCheckpointSaver[Any]) -> list[tuple[Any, ...]]:
             versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in values}
             seen = {"agent": dict(versions)}
             cid = str(uuid6(clock_seq=step))
-            checkpoint = {"v": 4, "id": cid, "ts": datetime.now(UTC).isoformat(), "channel_values": values, "channel_versions": versions, "versions_seen": seen, "updated_channels": sorted(values)}
+            checkpoint = {
+                "v": 4,
+                "id": cid,
+                "ts": datetime.now(UTC).isoformat(),
+                "channel_values": values,
+                "channel_versions": versions,
+                "versions_seen": seen,
+                "updated_channels": sorted(values),
+            }
             config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
             if parent_id:
                 config["configurable"]["checkpoint_id"] = parent_id
-            calls.append((config, checkpoint, {"source": "loop", "step": step, "parents": {}}, dict(versions)))
+            calls.append(
+                (
+                    config,
+                    checkpoint,
+                    {"source": "loop", "step": step, "parents": {}},
+                    dict(versions),
+                )
+            )
             previous[thread] = (cid, versions, seen)
     return calls
 
@@ -89,7 +110,9 @@ def run_once(saver: BaseCheckpointSaver[Any]) -> dict[str, float]:
     """ops/s of put, get_tuple and list on one fresh saver."""
     calls = workload(saver)
     put = timed(lambda: [saver.put(*c) for c in calls], len(calls))
-    latest = [{"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}} for t in range(THREADS)]
+    latest = [
+        {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}} for t in range(THREADS)
+    ]
     get = timed(lambda: [saver.get_tuple(c) for c in latest], len(latest))
     listed = timed(lambda: [list(saver.list(c)) for c in latest[:10]], 10 * STEPS)
     return {"put": put, "get_tuple": get, "list": listed}
@@ -124,7 +147,9 @@ def postgres_savers(kind: str, dsn: str) -> Iterator[BaseCheckpointSaver[Any]]:
             from langgraph.checkpoint.postgres import PostgresSaver
 
             sep = "&" if "?" in dsn else "?"
-            with PostgresSaver.from_conn_string(f"{dsn}{sep}options=-csearch_path%3D{schema}") as saver:
+            with PostgresSaver.from_conn_string(
+                f"{dsn}{sep}options=-csearch_path%3D{schema}"
+            ) as saver:
                 saver.setup()
                 yield saver
         else:
@@ -148,16 +173,30 @@ def profile(make: Callable[[], Any], op: str) -> str:
     """The top cumulative entries of one run's ``op``."""
     with make() as saver:
         calls = workload(saver)
-        latest = [{"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}} for t in range(THREADS)]
-        work = {"put": lambda: [saver.put(*c) for c in calls], "get_tuple": lambda: None, "list": lambda: None}
+        latest = [
+            {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}}
+            for t in range(THREADS)
+        ]
+        work = {
+            "put": lambda: [saver.put(*c) for c in calls],
+            "get_tuple": lambda: None,
+            "list": lambda: None,
+        }
         if op != "put":
             work["put"]()
-            work = {"get_tuple": lambda: [saver.get_tuple(c) for c in latest], "list": lambda: [list(saver.list(c)) for c in latest[:10]]}
+            work = {
+                "get_tuple": lambda: [saver.get_tuple(c) for c in latest],
+                "list": lambda: [list(saver.list(c)) for c in latest[:10]],
+            }
         prof = cProfile.Profile()
         prof.runcall(work[op])
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(8)
-    lines = [line for line in out.getvalue().splitlines() if line.strip() and ("{" in line or "(" in line)][:10]
+    lines = [
+        line
+        for line in out.getvalue().splitlines()
+        if line.strip() and ("{" in line or "(" in line)
+    ][:10]
     return "\n".join(lines)
 
 
@@ -167,16 +206,27 @@ def main() -> None:
     parser.add_argument("--pg-dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
     pairs = {
-        "SQLite (durability synchronous=NORMAL, its default)": (lambda: sqlite_savers("durability"), lambda: sqlite_savers("langgraph")),
-        "SQLite (durability synchronous=FULL, as SqliteSaver)": (lambda: sqlite_savers("durability-full"), lambda: sqlite_savers("langgraph")),
-        "Postgres": (lambda: postgres_savers("durability", args.pg_dsn), lambda: postgres_savers("langgraph", args.pg_dsn)),
+        "SQLite (durability synchronous=NORMAL, its default)": (
+            lambda: sqlite_savers("durability"),
+            lambda: sqlite_savers("langgraph"),
+        ),
+        "SQLite (durability synchronous=FULL, as SqliteSaver)": (
+            lambda: sqlite_savers("durability-full"),
+            lambda: sqlite_savers("langgraph"),
+        ),
+        "Postgres": (
+            lambda: postgres_savers("durability", args.pg_dsn),
+            lambda: postgres_savers("langgraph", args.pg_dsn),
+        ),
     }
     rows, missed = [], []
     for backend, (ours_make, theirs_make) in pairs.items():
         ours, theirs = measure(ours_make, args.runs), measure(theirs_make, args.runs)
         for op, target in TARGETS.items():
             ratio = ours[op] / theirs[op]
-            rows.append(f"| {backend} | {op} | {ours[op]:,.0f} | {theirs[op]:,.0f} | {ratio:.2f}x | >= {target}x | {'met' if ratio >= target else '**missed**'} |")
+            rows.append(
+                f"| {backend} | {op} | {ours[op]:,.0f} | {theirs[op]:,.0f} | {ratio:.2f}x | >= {target}x | {'met' if ratio >= target else '**missed**'} |"
+            )
             print(f"{backend} {op}: {ratio:.2f}x", file=sys.stderr)
             if ratio < target:
                 missed.append((backend, op, ours_make))
@@ -193,7 +243,14 @@ def main() -> None:
         "",
     ]
     for backend, op, make in missed:
-        section += [f"Profile of the missed `{op}` on {backend} (top functions by own time):", "", "```", profile(make, op), "```", ""]
+        section += [
+            f"Profile of the missed `{op}` on {backend} (top functions by own time):",
+            "",
+            "```",
+            profile(make, op),
+            "```",
+            "",
+        ]
     text = "\n".join(section) + "\n"
     print(text)
     from _results import write_section

@@ -306,7 +306,9 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
         )
 
     @staticmethod
-    def _remember(memory: dict[tuple[str, str, str], Any], key: tuple[str, str, str], value: Any) -> None:
+    def _remember(
+        memory: dict[tuple[str, str, str], Any], key: tuple[str, str, str], value: Any
+    ) -> None:
         """Remember ``value`` under ``key``, forgetting the oldest entry past the bound."""
         if key not in memory and len(memory) >= _MEMORY:
             del memory[next(iter(memory))]
@@ -376,7 +378,9 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             ]
             if remaining is not None:
                 rows = rows[:remaining]
-            writes = self.store.writes_of(thread_id, [(cp.namespace, cp.checkpoint_id) for cp in rows])
+            writes = self.store.writes_of(
+                thread_id, [(cp.namespace, cp.checkpoint_id) for cp in rows]
+            )
             for cp in rows:
                 yield self._tuple(cp, writes[(cp.namespace, cp.checkpoint_id)])
             if remaining is not None:
@@ -584,14 +588,6 @@ def _check_langgraph(cp: Checkpoint) -> None:
             f"{cp.checkpoint_id[:80]!r} was not written by a LangGraph saver (step_type "
             f"{cp.step_type!r}); use another thread id for the graph"
         )
-
-
-
-
-
-
-
-
 
 
 def _take_some(items: Iterator[CheckpointTuple], n: int) -> list[CheckpointTuple]:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 
@@ -31,8 +32,12 @@ def boom(order: str) -> dict:
 def chain(name: str, steps: list, store: object) -> Chain:
     c = Chain(name, checkpointer=store)
     for step_id, fn in steps:
-        c.add_node(step_id, tool=FunctionTool(name=step_id, fn=fn), input_mapping={"order": "{{state.order}}"})
-    for (a, _), (b, _) in zip(steps, steps[1:], strict=False):
+        c.add_node(
+            step_id,
+            tool=FunctionTool(name=step_id, fn=fn),
+            input_mapping={"order": "{{state.order}}"},
+        )
+    for (a, _), (b, _) in itertools.pairwise(steps):
         c.connect(a, b)
     return c
 
@@ -41,22 +46,32 @@ async def main(store: object, loop: int) -> None:
     approvals = chain("approvals", [("fetch", fetch), ("approve", approve)], store)
     if loop:
         for n in range(loop):
-            await chain("loop", [("fetch", fetch)], store).aexecute({"order": f"L-{n}"}, execution_id=f"exec-loop-{n}")
+            await chain("loop", [("fetch", fetch)], store).aexecute(
+                {"order": f"L-{n}"}, execution_id=f"exec-loop-{n}"
+            )
         return
     await approvals.aexecute({"order": "A-1"}, execution_id="exec-paused")
     await approvals.aexecute({"order": "A-2"}, execution_id="exec-resumed")
     await approvals.resume("exec-resumed", resume_value=Resume(approved=True))
-    try:
-        await chain("payments", [("fetch", fetch), ("boom", boom)], store).aexecute({"order": "B-1"}, execution_id="exec-failed")
-    except Exception:  # the SDK raises after writing the failed run end
+    try:  # noqa: SIM105
+        await chain("payments", [("fetch", fetch), ("boom", boom)], store).aexecute(
+            {"order": "B-1"}, execution_id="exec-failed"
+        )
+    except Exception:  # the SDK raises after writing the failed run end  # noqa: S110
         pass
     rows = {eid: store.list(eid) for eid in ("exec-paused", "exec-resumed", "exec-failed")}
     # Outbox states, through the SDK's own outbox API: the first rows reached the plane, one was refused.
     first = rows["exec-resumed"][0].checkpoint_id
     refused = rows["exec-resumed"][1].checkpoint_id
     store.mark_synced([first])
-    store.mark_quarantined({refused: "HTTP 413 from /checkpoints/ingest: state_snapshot is 1200137 bytes, over the 1048576-byte cap"})
-    print(json.dumps({eid: [cp.model_dump() for cp in cps] for eid, cps in rows.items()}, default=str))
+    store.mark_quarantined(
+        {
+            refused: "HTTP 413 from /checkpoints/ingest: state_snapshot is 1200137 bytes, over the 1048576-byte cap"
+        }
+    )
+    print(
+        json.dumps({eid: [cp.model_dump() for cp in cps] for eid, cps in rows.items()}, default=str)
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ class OrderState(TypedDict, total=False):
 
 
 def draft(state: OrderState) -> OrderState:
-    return {"messages": [AIMessage("Refund drafted.")], "placed": datetime(2026, 1, 5, 9, tzinfo=UTC)}
+    return {
+        "messages": [AIMessage("Refund drafted.")],
+        "placed": datetime(2026, 1, 5, 9, tzinfo=UTC),
+    }
 
 
 def price(state: OrderState) -> OrderState:
@@ -58,13 +61,17 @@ def start(checkpointer: Any, thread_id: str, run_id: str = "run-start") -> dict[
     return build(checkpointer).invoke({"messages": [HumanMessage("Refund order 42")]}, config)  # type: ignore[no-any-return]
 
 
-def resume_sync(checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume") -> dict[str, Any]:
+def resume_sync(
+    checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume"
+) -> dict[str, Any]:
     """Resume the interrupted graph with ``answer`` (through the sync API)."""
     config = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
     return build(checkpointer).invoke(Command(resume=answer), config)  # type: ignore[no-any-return]
 
 
-async def resume(checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume") -> dict[str, Any]:
+async def resume(
+    checkpointer: Any, thread_id: str, answer: str, run_id: str = "run-resume"
+) -> dict[str, Any]:
     """Resume the interrupted graph with ``answer`` (through the async API)."""
     config = {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
     return await build(checkpointer).ainvoke(Command(resume=answer), config)  # type: ignore[no-any-return]
@@ -79,4 +86,12 @@ if __name__ == "__main__":  # python langgraph_graph.py URL OPTIONS_JSON THREAD 
     url, options, thread, answer = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
     with durability.open(url, **options) as store:
         final = asyncio.run(resume(DurabilitySaver(store), thread, answer))
-    print(json.dumps({"decision": final["decision"], "messages": [m.content for m in final["messages"]], "amount": str(final["amount"])}))
+    print(
+        json.dumps(
+            {
+                "decision": final["decision"],
+                "messages": [m.content for m in final["messages"]],
+                "amount": str(final["amount"]),
+            }
+        )
+    )

@@ -15,15 +15,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import langgraph_graph as lg
 import pytest
 import sqlalchemy as sa
 from langchain_core.messages import AIMessage
 
 import durability
-import langgraph_graph as lg
 from durability import Checkpoint, PendingWrite
 from durability.errors import ReadOnlyStoreError
-from durability.model import TypedValue
 from durability.settings import Settings
 from durability.stores.foreign import parse_time
 
@@ -58,7 +57,14 @@ def pg_schema() -> Iterator[str]:
 
 
 def _sdk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([sys.executable, str(HERE / "fastaiagent_runs.py"), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "fastaiagent_runs.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -70,47 +76,78 @@ def _digest(path: Path) -> dict[str, str]:
     has checkpointed them away; the -shm is shared memory every reader writes its read mark to.
     """
     files = [path, Path(f"{path}-wal")]
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.exists() and p.stat().st_size}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in files
+        if p.exists() and p.stat().st_size
+    }
 
 
 # ---------------------------------------------------------------------------- fastaiagent
 
 
-def _check_fastaiagent(store: durability.stores.Store, written: dict[str, list[dict[str, Any]]]) -> None:
+def _check_fastaiagent(
+    store: durability.stores.Store, written: dict[str, list[dict[str, Any]]]
+) -> None:
     """What the store returns matches what the SDK wrote, row by row."""
     assert {r.thread_id for r in store.iter_threads()} == set(written)
     for eid, rows in written.items():
         history = store.history(eid)
         assert [c.checkpoint_id for c in history] == [r["checkpoint_id"] for r in rows]
         for cp, row in zip(history, rows, strict=True):
-            assert (cp.node_id, cp.status, cp.step_type, cp.step, cp.runner) == (row["node_id"], row["status"], row["step_type"], row["node_index"], row["chain_name"])
-            assert cp.state == row["state_snapshot"] and cp.interrupt_reason == row["interrupt_reason"]
+            assert (cp.node_id, cp.status, cp.step_type, cp.step, cp.runner) == (
+                row["node_id"],
+                row["status"],
+                row["step_type"],
+                row["node_index"],
+                row["chain_name"],
+            )
+            assert cp.state == row["state_snapshot"]
+            assert cp.interrupt_reason == row["interrupt_reason"]
             assert cp.created_at == parse_time(row["created_at"])
-            assert cp.size_bytes and cp.size_bytes > 0
+            assert cp.size_bytes
+            assert cp.size_bytes > 0
         record = store.thread(eid)
-        assert record is not None and record.checkpoints == len(rows)
+        assert record is not None
+        assert record.checkpoints == len(rows)
         assert record.size_bytes == sum(c.size_bytes or 0 for c in history)
     failed = store.latest("exec-failed")
-    assert failed is not None and failed.is_run_end and failed.status == "failed"
+    assert failed is not None
+    assert failed.is_run_end
+    assert failed.status == "failed"
     assert "payment gateway down" in failed.state["run_error"]
     done = store.latest("exec-resumed")
-    assert done is not None and done.is_run_end and done.status == "completed"
+    assert done is not None
+    assert done.is_run_end
+    assert done.status == "completed"
     paused = store.latest("exec-paused")
-    assert paused is not None and (paused.status, paused.step_type) == ("interrupted", "hitl_pause")
+    assert paused is not None
+    assert (paused.status, paused.step_type) == ("interrupted", "hitl_pause")
 
     (park,) = store.parks()
-    assert (park.thread_id, park.node_id, park.reason, park.context, park.runner) == ("exec-paused", "approve", "needs approval", {"order": "A-1"}, "approvals")
+    assert (park.thread_id, park.node_id, park.reason, park.context, park.runner) == (
+        "exec-paused",
+        "approve",
+        "needs approval",
+        {"order": "A-1"},
+        "approvals",
+    )
     assert park.checkpoint_id == paused.checkpoint_id
     assert park.deadline_source == "horizon", "the SDK records no deadline, and the park says so"
-    assert park.created_at is not None and park.deadline == park.created_at + SETTINGS.waiting_retention
-    assert store.get_park("exec-paused") == park and store.get_park("exec-failed") is None
+    assert park.created_at is not None
+    assert park.deadline == park.created_at + SETTINGS.waiting_retention
+    assert store.get_park("exec-paused") == park
+    assert store.get_park("exec-failed") is None
 
     resumed = written["exec-resumed"]
     entries = {e.checkpoint_id: e for e in store.outbox(thread_id="exec-resumed")}
     assert entries[resumed[0]["checkpoint_id"]].state == "synced"
     quarantined = entries[resumed[1]["checkpoint_id"]]
-    assert quarantined.state == "quarantined" and "over the 1048576-byte cap" in (quarantined.sync_error or "")
-    assert [e.checkpoint_id for e in store.outbox(state="quarantined")] == [resumed[1]["checkpoint_id"]]
+    assert quarantined.state == "quarantined"
+    assert "over the 1048576-byte cap" in (quarantined.sync_error or "")
+    assert [e.checkpoint_id for e in store.outbox(state="quarantined")] == [
+        resumed[1]["checkpoint_id"]
+    ]
     assert len(store.outbox(state="pending")) == sum(len(r) for r in written.values()) - 2
     assert store.writes("exec-paused", paused.checkpoint_id) == []
 
@@ -121,7 +158,13 @@ def _check_refuses_writes(store: durability.stores.Store) -> None:
     attempts = [
         lambda: store.put(cp),
         lambda: store.put_many([cp]),
-        lambda: store.put_writes([PendingWrite(thread_id="exec-paused", checkpoint_id="c", task_id="t", idx=0, channel="c")]),
+        lambda: store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="exec-paused", checkpoint_id="c", task_id="t", idx=0, channel="c"
+                )
+            ]
+        ),
         lambda: store.delete_thread("exec-paused"),
         lambda: store.delete_checkpoints("exec-paused", [("", "c")]),
         lambda: store.set_status("exec-paused", "c", status="completed"),
@@ -152,7 +195,9 @@ def fastaiagent_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     return db, json.loads(_sdk("sqlite", str(db), cwd=work).stdout)
 
 
-def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(fastaiagent_db: tuple[Path, dict[str, Any]]) -> None:
+def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(
+    fastaiagent_db: tuple[Path, dict[str, Any]],
+) -> None:
     """A fastaiagent local.db reads as threads, checkpoints, run ends, parks and outbox states; the file stays byte-identical."""
     db, written = fastaiagent_db
     before = _digest(db)
@@ -163,10 +208,17 @@ def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(fastaiagent_db: tuple[Path, 
     assert _digest(db) == before
 
 
-def test_fastaiagent_sqlite_reads_beside_a_live_sdk(fastaiagent_db: tuple[Path, dict[str, Any]]) -> None:
+def test_fastaiagent_sqlite_reads_beside_a_live_sdk(
+    fastaiagent_db: tuple[Path, dict[str, Any]],
+) -> None:
     """While the SDK writes in another process the reader keeps reading; neither fails, and a quiet file stays byte-identical."""
     db, _ = fastaiagent_db
-    writer = subprocess.Popen([sys.executable, str(HERE / "fastaiagent_runs.py"), "sqlite", str(db), "loop", "40"], cwd=db.parent, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, str(HERE / "fastaiagent_runs.py"), "sqlite", str(db), "loop", "40"],
+        cwd=db.parent,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     reads = 0
     with durability.open(f"fastaiagent+sqlite:///{db}", settings=SETTINGS) as store:
         while writer.poll() is None or reads < 5:
@@ -185,7 +237,10 @@ def test_fastaiagent_sqlite_reads_beside_a_live_sdk(fastaiagent_db: tuple[Path, 
 def test_fastaiagent_postgres_maps_what_the_sdk_wrote(pg_schema: str, tmp_path: Path) -> None:
     """A fastaiagent Postgres schema reads like its SQLite twin (seq by created_at, no project ids)."""
     written = json.loads(_sdk("postgres", PG, pg_schema, cwd=tmp_path).stdout)
-    with durability.open(f"fastaiagent+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}", settings=SETTINGS) as store:
+    with durability.open(
+        f"fastaiagent+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}",
+        settings=SETTINGS,
+    ) as store:
         _check_fastaiagent(store, written)
         _check_refuses_writes(store)
 
@@ -195,7 +250,10 @@ def test_a_database_of_another_kind_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE unrelated (x)").connection.commit()
     for url in (f"fastaiagent+sqlite:///{other}", f"langgraph+sqlite:///{other}"):
-        with durability.open(url) as store, pytest.raises(durability.errors.StoreError, match="has no"):
+        with (
+            durability.open(url) as store,
+            pytest.raises(durability.errors.StoreError, match="has no"),
+        ):
             store.latest("t")
     with pytest.raises(durability.errors.ConfigError, match="is not a file"):
         durability.open(f"langgraph+sqlite:///{tmp_path / 'missing.db'}")
@@ -218,32 +276,68 @@ def _run_langgraph(saver: Any) -> None:
     lg.start(saver, "waiting")
     lg.start(saver, "done")
     lg.resume_sync(saver, "done", "yes")
-    cp = {"v": 4, "id": "1f000000-0000-6000-8000-000000000001", "ts": "2026-01-05T09:00:00+00:00", "channel_values": {"customer": Customer("Ada", "gold"), "n": 1}, "channel_versions": {"customer": "1", "n": "1"}, "versions_seen": {}, "updated_channels": None}
-    saver.put({"configurable": {"thread_id": "blocked", "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 0, "parents": {}}, {"customer": "1", "n": "1"})
+    cp = {
+        "v": 4,
+        "id": "1f000000-0000-6000-8000-000000000001",
+        "ts": "2026-01-05T09:00:00+00:00",
+        "channel_values": {"customer": Customer("Ada", "gold"), "n": 1},
+        "channel_versions": {"customer": "1", "n": "1"},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+    saver.put(
+        {"configurable": {"thread_id": "blocked", "checkpoint_ns": ""}},
+        cp,
+        {"source": "loop", "step": 0, "parents": {}},
+        {"customer": "1", "n": "1"},
+    )
 
 
 def _check_langgraph(store: durability.stores.Store, saver: Any) -> None:
     """Threads, statuses, nodes, values and writes match the saver's own view."""
     assert {r.thread_id for r in store.iter_threads()} == {"waiting", "done", "blocked"}
     waiting = store.latest("waiting")
-    assert waiting is not None and (waiting.status, waiting.node_id, waiting.step, waiting.run_id) == ("interrupted", "draft,price", 1, "run-start")
-    assert waiting.interrupt_context["interrupts"][0]["value"] == {"question": "Approve the refund?", "amount": Decimal("12.50")}
+    assert waiting is not None
+    assert (
+        waiting.status,
+        waiting.node_id,
+        waiting.step,
+        waiting.run_id,
+    ) == ("interrupted", "draft,price", 1, "run-start")
+    assert waiting.interrupt_context["interrupts"][0]["value"] == {
+        "question": "Approve the refund?",
+        "amount": Decimal("12.50"),
+    }
     assert store.parks() == []
     own = saver.get_tuple({"configurable": {"thread_id": "done"}})
     done = store.history("done")
-    assert [c.status for c in done] == ["completed"] * 4 and [c.node_id for c in done] == ["__input__", "__start__", "draft,price", "approve"]
+    assert [c.status for c in done] == ["completed"] * 4
+    assert [c.node_id for c in done] == [
+        "__input__",
+        "__start__",
+        "draft,price",
+        "approve",
+    ]
     assert done[-1].checkpoint_id == own.config["configurable"]["checkpoint_id"]
-    assert done[-1].state["amount"] == Decimal("12.50") and isinstance(done[-1].state["messages"][1], AIMessage)
-    assert done[-1].state == {k: v for k, v in own.checkpoint["channel_values"].items()}
-    assert done[-1].metadata["__langgraph__"]["channel_versions"] == own.checkpoint["channel_versions"]
+    assert done[-1].state["amount"] == Decimal("12.50")
+    assert isinstance(done[-1].state["messages"][1], AIMessage)
+    assert done[-1].state == dict(own.checkpoint["channel_values"].items())
+    assert (
+        done[-1].metadata["__langgraph__"]["channel_versions"] == own.checkpoint["channel_versions"]
+    )
     writes = store.writes("waiting", waiting.checkpoint_id)
     assert {w.channel for w in writes} >= {"__interrupt__"}
     blocked = store.latest("blocked")
     assert blocked is not None
-    assert blocked.metadata["unrevivable"] == [{"path": "state.customer", "types": [f"{__name__}.Customer"]}]
-    assert blocked.state["n"] == 1 and not isinstance(blocked.state["customer"], Customer)
+    assert blocked.metadata["unrevivable"] == [
+        {"path": "state.customer", "types": [f"{__name__}.Customer"]}
+    ]
+    assert blocked.state["n"] == 1
+    assert not isinstance(blocked.state["customer"], Customer)
     record = store.thread("done")
-    assert record is not None and record.checkpoints == 4 and record.size_bytes > 0
+    assert record is not None
+    assert record.checkpoints == 4
+    assert record.size_bytes > 0
     _check_refuses_writes(store)
 
 
@@ -270,5 +364,7 @@ def test_langgraph_postgres_maps_what_the_saver_wrote(pg_schema: str) -> None:
     with PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
         _run_langgraph(saver)
-        with durability.open(f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}") as store:
+        with durability.open(
+            f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}"
+        ) as store:
             _check_langgraph(store, saver)

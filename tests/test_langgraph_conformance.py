@@ -48,12 +48,15 @@ async def test_every_capability_is_detected_and_green(target: StoreTarget) -> No
     assert set(report.results) == {c.value for c in ALL_CAPABILITIES}
     for name, result in report.results.items():
         assert result.detected, f"{name} not detected"
-        assert result.passed and result.tests_failed == 0, (name, result.failures)
+        assert result.passed, (name, result.failures)
+        assert result.tests_failed == 0, (name, result.failures)
     assert sum(r.tests_passed for r in report.results.values()) == len(SPECS)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.__name__.removeprefix("test_"))
-async def test_spec_on_a_fresh_saver(spec: Callable[[Any], Awaitable[None]], target: StoreTarget) -> None:
+async def test_spec_on_a_fresh_saver(
+    spec: Callable[[Any], Awaitable[None]], target: StoreTarget
+) -> None:
     """Each spec test passes on a saver over a store that has never been used."""
     with target.open() as store:
         await spec(DurabilitySaver(store))

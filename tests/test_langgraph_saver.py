@@ -9,10 +9,10 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import langgraph_graph as lg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-import langgraph_graph as lg
 from durability.langgraph import BOOKKEEPING, DurabilitySaver
 from durability.testing import StoreTarget
 
@@ -23,7 +23,14 @@ def _resume_elsewhere(target: StoreTarget, thread_id: str, answer: str) -> dict[
     """Resume the graph in a fresh Python process on the same store."""
     options = {k: v for k, v in target.options.items() if isinstance(v, str | bool | int)}
     out = subprocess.run(
-        [sys.executable, str(HERE / "langgraph_graph.py"), target.url, json.dumps(options), thread_id, answer],
+        [
+            sys.executable,
+            str(HERE / "langgraph_graph.py"),
+            target.url,
+            json.dumps(options),
+            thread_id,
+            answer,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -42,40 +49,68 @@ def test_graph_interrupts_and_resumes(target: StoreTarget) -> None:
     """
     with target.open() as store:
         paused = lg.start(DurabilitySaver(store), "order-42")
-        assert paused["__interrupt__"][0].value == {"question": "Approve the refund?", "amount": Decimal("12.50")}
+        assert paused["__interrupt__"][0].value == {
+            "question": "Approve the refund?",
+            "amount": Decimal("12.50"),
+        }
 
         waiting = store.latest("order-42")
         assert waiting is not None
-        assert (waiting.status, waiting.step_type, waiting.step, waiting.run_id) == ("interrupted", "langgraph", 1, "run-start")
+        assert (waiting.status, waiting.step_type, waiting.step, waiting.run_id) == (
+            "interrupted",
+            "langgraph",
+            1,
+            "run-start",
+        )
         assert waiting.node_id == "draft,price", "the nodes whose writes made the checkpoint"
         assert waiting.interrupt_reason == "waiting for input in approve"
         assert waiting.interrupt_context["node"] == "approve"
         assert waiting.interrupt_context["interrupts"][0]["value"]["amount"] == Decimal("12.50")
         assert store.parks() == [], "a LangGraph interrupt is a waiting thread, not a park"
-        assert [c.node_id for c in store.history("order-42")] == ["__input__", "__start__", "draft,price"]
+        assert [c.node_id for c in store.history("order-42")] == [
+            "__input__",
+            "__start__",
+            "draft,price",
+        ]
         assert isinstance(waiting.state["messages"][1], AIMessage), "LangChain messages round-trip"
 
         if target.url.startswith("memory://"):
             import asyncio
 
             final = asyncio.run(lg.resume(DurabilitySaver(target.open()), "order-42", "yes"))
-            result = {"decision": final["decision"], "messages": [m.content for m in final["messages"]], "amount": str(final["amount"])}
+            result = {
+                "decision": final["decision"],
+                "messages": [m.content for m in final["messages"]],
+                "amount": str(final["amount"]),
+            }
         else:
             result = _resume_elsewhere(target, "order-42", "yes")
-        assert result == {"decision": "yes", "messages": ["Refund order 42", "Refund drafted.", "Decision: yes"], "amount": "12.50"}
+        assert result == {
+            "decision": "yes",
+            "messages": ["Refund order 42", "Refund drafted.", "Decision: yes"],
+            "amount": "12.50",
+        }
 
         history = store.history("order-42")
-        assert [c.status for c in history] == ["completed"] * 4, "resumed: the interrupted checkpoint is completed again"
+        assert [c.status for c in history] == ["completed"] * 4, (
+            "resumed: the interrupted checkpoint is completed again"
+        )
         done = history[-1]
         assert (done.node_id, done.step, done.run_id) == ("approve", 2, "run-resume")
         assert isinstance(done.state["messages"][2], HumanMessage)
         assert done.metadata[BOOKKEEPING]["channel_versions"], "versions kept with the checkpoint"
-        state = lg.build(DurabilitySaver(store)).get_state({"configurable": {"thread_id": "order-42"}})
-        assert state.values["decision"] == "yes" and state.next == ()
+        state = lg.build(DurabilitySaver(store)).get_state(
+            {"configurable": {"thread_id": "order-42"}}
+        )
+        assert state.values["decision"] == "yes"
+        assert state.next == ()
         record = store.thread("order-42")
-        assert record is not None and record.checkpoints == 4
+        assert record is not None
+        assert record.checkpoints == 4
         if store.capabilities.replicates:
-            assert len(store.outbox(state="pending", thread_id="order-42")) == 4, "LangGraph checkpoints replicate like any other"
+            assert len(store.outbox(state="pending", thread_id="order-42")) == 4, (
+                "LangGraph checkpoints replicate like any other"
+            )
 
 
 class XorCipher:
@@ -99,14 +134,20 @@ def test_encrypted_serde_keeps_values_as_typed_bytes(target: StoreTarget) -> Non
     with target.open() as store:
         lg.start(DurabilitySaver(store, serde=serde), "secret")
         waiting = store.latest("secret")
-        assert waiting is not None and waiting.status == "interrupted"
+        assert waiting is not None
+        assert waiting.status == "interrupted"
         blob = waiting.state["amount"]
-        assert isinstance(blob, TypedValue) and blob.type == "msgpack+xor" and b"12.50" not in blob.data
-        assert "value" not in waiting.interrupt_context["interrupts"][0], "no clear value in the context"
+        assert isinstance(blob, TypedValue)
+        assert blob.type == "msgpack+xor"
+        assert b"12.50" not in blob.data
+        assert "value" not in waiting.interrupt_context["interrupts"][0], (
+            "no clear value in the context"
+        )
         import asyncio
 
         final = asyncio.run(lg.resume(DurabilitySaver(store, serde=serde), "secret", "no"))
-        assert final["decision"] == "no" and final["amount"] == Decimal("12.50")
+        assert final["decision"] == "no"
+        assert final["amount"] == Decimal("12.50")
 
 
 def test_a_non_langgraph_thread_is_refused_clearly(target: StoreTarget) -> None:

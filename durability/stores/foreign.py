@@ -94,9 +94,13 @@ class ForeignStore(Store):
         scheme, _, rest = url.partition("://")
         backend = scheme.split("+", 1)[1] if "+" in scheme else ""
         self.provider = f"{self.source}-{'sqlite' if backend == 'sqlite' else 'postgres'}"
-        sa_url = sa.make_url(("sqlite" if backend == "sqlite" else "postgresql+psycopg") + "://" + rest)
+        sa_url = sa.make_url(
+            ("sqlite" if backend == "sqlite" else "postgresql+psycopg") + "://" + rest
+        )
         query_schema = sa_url.query.get("schema")
-        self.schema: str | None = schema or (query_schema if isinstance(query_schema, str) else None)
+        self.schema: str | None = schema or (
+            query_schema if isinstance(query_schema, str) else None
+        )
         sa_url = sa_url.difference_update_query(["schema"])
         if backend == "sqlite":
             if self.schema:
@@ -155,7 +159,9 @@ class ForeignStore(Store):
         """Refuse a database that lacks the source's tables (not a store of this kind)."""
         if self.dialect == "sqlite":
             found = set(
-                conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars()
+                conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                ).scalars()
             )
         else:
             found = set(

@@ -38,6 +38,7 @@ declared retention or finished mark.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,7 +48,13 @@ from durability.model import COMPLETED, Checkpoint, OutboxEntry, Park, ThreadRec
 from durability.stores.base import ThreadPage
 from durability.stores.foreign import ForeignStore, Row, WrittenRow, parse_time
 
-_JSON_FIELDS = ("state_snapshot", "node_input", "node_output", "iteration_counters", "interrupt_context")
+_JSON_FIELDS = (
+    "state_snapshot",
+    "node_input",
+    "node_output",
+    "iteration_counters",
+    "interrupt_context",
+)
 #: Columns read from ``checkpoints`` (older SQLite files lack some; those read as NULL).
 _COLUMNS = (
     "execution_id",
@@ -94,18 +101,20 @@ class FastAIAgentStore(ForeignStore):
                 f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in _JSON_FIELDS if c in present
             )
             return (
-                f"SELECT rowid AS seq, {checkpoint_id}, {project}, {', '.join(cols)}, "
+                f"SELECT rowid AS seq, {checkpoint_id}, {project}, {', '.join(cols)}, "  # noqa: S608
                 f"({size}) AS size_bytes FROM {table}"
             )
         size = " + ".join(f"coalesce(octet_length({c}::text), 0)" for c in _JSON_FIELDS)
         return (
-            "SELECT row_number() OVER (ORDER BY created_at, checkpoint_id) AS seq, checkpoint_id, "
+            "SELECT row_number() OVER (ORDER BY created_at, checkpoint_id) AS seq, checkpoint_id, "  # noqa: S608
             f"'' AS project_id, {', '.join(_COLUMNS)}, ({size}) AS size_bytes FROM {table}"
         )
 
-    def _select(self, where: str = "", order: str = "seq", limit: int | None = None, **params: Any) -> list[Any]:
+    def _select(
+        self, where: str = "", order: str = "seq", limit: int | None = None, **params: Any
+    ) -> list[Any]:
         self.ready()
-        sql = f"SELECT * FROM ({self._base}) AS c" + (f" WHERE {where}" if where else "")
+        sql = f"SELECT * FROM ({self._base}) AS c" + (f" WHERE {where}" if where else "")  # noqa: S608
         sql += f" ORDER BY {order}" + (" LIMIT :limit" if limit is not None else "")
         if limit is not None:
             params["limit"] = limit
@@ -129,7 +138,9 @@ class FastAIAgentStore(ForeignStore):
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> Row | None:
         if namespace:
             return None
-        rows = self._select("execution_id = :t AND checkpoint_id = :c", limit=1, t=thread_id, c=checkpoint_id)
+        rows = self._select(
+            "execution_id = :t AND checkpoint_id = :c", limit=1, t=thread_id, c=checkpoint_id
+        )
         return _row(rows[0]) if rows else None
 
     def _history(
@@ -157,7 +168,7 @@ class FastAIAgentStore(ForeignStore):
     def _records(self, where: str, limit: int, **params: Any) -> list[ThreadRecord]:
         self.ready()
         sql = (
-            "SELECT execution_id, count(*) AS n, sum(size_bytes) AS size, max(created_at) AS "
+            "SELECT execution_id, count(*) AS n, sum(size_bytes) AS size, max(created_at) AS "  # noqa: S608
             f"newest_at, max(seq) AS newest_seq FROM ({self._base}) AS c"
             + (f" WHERE {where}" if where else "")
             + " GROUP BY execution_id ORDER BY execution_id LIMIT :limit"
@@ -189,7 +200,7 @@ class FastAIAgentStore(ForeignStore):
         self.ready()
         # The interrupted checkpoint the pause belongs to: the execution's last one.
         sql = (
-            "SELECT p.execution_id, p.chain_name, p.node_id, p.reason, p.context, p.created_at, "
+            "SELECT p.execution_id, p.chain_name, p.node_id, p.reason, p.context, p.created_at, "  # noqa: S608
             f"(SELECT c.checkpoint_id FROM ({self._base}) AS c WHERE c.execution_id = p.execution_id "
             "AND c.status = 'interrupted' ORDER BY c.seq DESC LIMIT 1) AS checkpoint_id "
             f"FROM {self.table('pending_interrupts')} AS p {where}"
@@ -239,7 +250,9 @@ class FastAIAgentStore(ForeignStore):
             where.append("execution_id = :t")
         if after_seq is not None:
             where.append("seq > :after")
-        rows = self._select(" AND ".join(where), limit=limit, p=project_id, t=thread_id, after=after_seq)
+        rows = self._select(
+            " AND ".join(where), limit=limit, p=project_id, t=thread_id, after=after_seq
+        )
         return [
             OutboxEntry(
                 thread_id=r.execution_id,
@@ -257,8 +270,7 @@ class FastAIAgentStore(ForeignStore):
         ]
 
 
-_EPOCH = parse_time("1970-01-01T00:00:00+00:00")
-assert _EPOCH is not None
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _json(value: Any) -> tuple[Any, bool]:

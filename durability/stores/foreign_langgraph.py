@@ -110,7 +110,14 @@ def _unwrap(value: Any, path: str, problems: list[tuple[str, list[str]]]) -> Any
         problems.append((path, value.types))
         return _unwrap(value.value, path, problems)
     if type(value) is dict:
-        return {k: _unwrap(v, f"{path}.{k}" if isinstance(k, str) and k.isidentifier() else f"{path}[{k!r}]", problems) for k, v in value.items()}
+        return {
+            k: _unwrap(
+                v,
+                f"{path}.{k}" if isinstance(k, str) and k.isidentifier() else f"{path}[{k!r}]",
+                problems,
+            )
+            for k, v in value.items()
+        }
     if type(value) is list:
         return [_unwrap(v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
     return value
@@ -168,12 +175,12 @@ class LangGraphStore(ForeignStore):
             )
         else:
             base = (
-                'SELECT row_number() OVER (ORDER BY checkpoint_id COLLATE "C", thread_id, '
+                'SELECT row_number() OVER (ORDER BY checkpoint_id COLLATE "C", thread_id, '  # noqa: S608
                 "checkpoint_ns) AS seq, thread_id, checkpoint_ns, checkpoint_id, "
                 "parent_checkpoint_id, type, checkpoint, metadata, octet_length(checkpoint::text) + "
                 f"octet_length(metadata::text) AS size_bytes FROM {self.table('checkpoints')}"
             )
-        sql = f"SELECT * FROM ({base}) AS c" + (f" WHERE {where}" if where else "")
+        sql = f"SELECT * FROM ({base}) AS c" + (f" WHERE {where}" if where else "")  # noqa: S608
         sql += f" ORDER BY {order}" + (" LIMIT :limit" if limit is not None else "")
         with self.read("read checkpoints") as conn:
             rows = list(conn.execute(sa.text(sql), {**params, "limit": limit}))
@@ -182,12 +189,23 @@ class LangGraphStore(ForeignStore):
     def _mapped(self, conn: SAConnection, rows: Sequence[Any]) -> list[Row]:
         """Map rows onto the model: values, interrupt status, and node_id from each parent."""
         decoded = [self._checkpoint(conn, r) for r in rows]
-        seen = {(r.thread_id, r.checkpoint_ns, r.checkpoint_id): d[0].get("versions_seen") or {} for r, d in zip(rows, decoded, strict=True)}
-        missing = {(r.thread_id, r.checkpoint_ns, r.parent_checkpoint_id) for r in rows if r.parent_checkpoint_id} - set(seen)
+        seen = {
+            (r.thread_id, r.checkpoint_ns, r.checkpoint_id): d[0].get("versions_seen") or {}
+            for r, d in zip(rows, decoded, strict=True)
+        }
+        missing = {
+            (r.thread_id, r.checkpoint_ns, r.parent_checkpoint_id)
+            for r in rows
+            if r.parent_checkpoint_id
+        } - set(seen)
         seen.update(self._seen_of(conn, missing))
-        interrupts = self._interrupts(conn, [(r.thread_id, r.checkpoint_ns, r.checkpoint_id) for r in rows])
+        interrupts = self._interrupts(
+            conn, [(r.thread_id, r.checkpoint_ns, r.checkpoint_id) for r in rows]
+        )
         mapped = []
-        for r, (checkpoint, metadata, state, problems, extra_size) in zip(rows, decoded, strict=True):
+        for r, (checkpoint, metadata, state, problems, extra_size) in zip(
+            rows, decoded, strict=True
+        ):
             key = (r.thread_id, r.checkpoint_ns, r.checkpoint_id)
             mapped.append(
                 Row(
@@ -198,7 +216,9 @@ class LangGraphStore(ForeignStore):
                         checkpoint=checkpoint,
                         metadata=metadata,
                         state=state,
-                        parent_seen=seen.get((r.thread_id, r.checkpoint_ns, r.parent_checkpoint_id), {}),
+                        parent_seen=seen.get(
+                            (r.thread_id, r.checkpoint_ns, r.parent_checkpoint_id), {}
+                        ),
                         interrupt=interrupts.get(key),
                         extra_metadata={"unrevivable": problems} if problems else None,
                         seq=int(r.seq),
@@ -208,9 +228,13 @@ class LangGraphStore(ForeignStore):
             )
         return mapped
 
-    def _checkpoint(self, conn: SAConnection, r: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[dict[str, Any]], int]:
+    def _checkpoint(
+        self, conn: SAConnection, r: Any
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[dict[str, Any]], int]:
         problems: list[dict[str, Any]] = []
-        metadata = r.metadata if isinstance(r.metadata, dict) else json.loads(bytes(r.metadata or b"{}"))
+        metadata = (
+            r.metadata if isinstance(r.metadata, dict) else json.loads(bytes(r.metadata or b"{}"))
+        )
         if self.dialect == "sqlite":
             checkpoint = self._value(r.type, r.checkpoint, "checkpoint", problems)
             if not isinstance(checkpoint, dict):
@@ -222,7 +246,9 @@ class LangGraphStore(ForeignStore):
         else:
             checkpoint = dict(r.checkpoint)
             values = dict(checkpoint.get("channel_values") or {})
-            blobs = self._blobs(conn, r.thread_id, r.checkpoint_ns, checkpoint.get("channel_versions") or {})
+            blobs = self._blobs(
+                conn, r.thread_id, r.checkpoint_ns, checkpoint.get("channel_versions") or {}
+            )
             extra = sum(len(b.blob or b"") for b in blobs)
             for b in blobs:
                 if b.type != "empty":
@@ -231,23 +257,31 @@ class LangGraphStore(ForeignStore):
         state = {k: v for k, v in values.items() if k in versions}
         return checkpoint, metadata, state, problems, extra
 
-    def _blobs(self, conn: SAConnection, thread_id: str, namespace: str, versions: dict[str, Any]) -> list[Any]:
+    def _blobs(
+        self, conn: SAConnection, thread_id: str, namespace: str, versions: dict[str, Any]
+    ) -> list[Any]:
         if not versions:
             return []
         sql = (
-            f"SELECT channel, version, type, blob FROM {self.table('checkpoint_blobs')} "
+            f"SELECT channel, version, type, blob FROM {self.table('checkpoint_blobs')} "  # noqa: S608
             "WHERE thread_id = :t AND checkpoint_ns = :ns AND channel = ANY(:channels)"
         )
-        rows = conn.execute(sa.text(sql), {"t": thread_id, "ns": namespace, "channels": list(versions)})
+        rows = conn.execute(
+            sa.text(sql), {"t": thread_id, "ns": namespace, "channels": list(versions)}
+        )
         return [b for b in rows if str(versions.get(b.channel)) == b.version]
 
-    def _seen_of(self, conn: SAConnection, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+    def _seen_of(
+        self, conn: SAConnection, keys: Iterable[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], Any]:
         """``versions_seen`` of checkpoints outside the batch (the parents of its first rows)."""
         found: dict[tuple[str, str, str], Any] = {}
         for thread_id, namespace, checkpoint_id in keys:
             table = "checkpoints" if self.dialect == "sqlite" else self.table("checkpoints")
             r = conn.execute(
-                sa.text(f"SELECT type, checkpoint FROM {table} WHERE thread_id = :t AND checkpoint_ns = :ns AND checkpoint_id = :c"),
+                sa.text(
+                    f"SELECT type, checkpoint FROM {table} WHERE thread_id = :t AND checkpoint_ns = :ns AND checkpoint_id = :c"  # noqa: S608
+                ),
                 {"t": thread_id, "ns": namespace, "c": checkpoint_id},
             ).first()
             if r is None:
@@ -260,11 +294,17 @@ class LangGraphStore(ForeignStore):
                 found[(thread_id, namespace, checkpoint_id)] = checkpoint.get("versions_seen") or {}
         return found
 
-    def _interrupts(self, conn: SAConnection, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], tuple[str, Any]]:
+    def _interrupts(
+        self, conn: SAConnection, keys: list[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[str, Any]]:
         """Interrupt fields of the checkpoints with an ``__interrupt__`` write and no ``__resume__``."""
         by_key: dict[tuple[str, str, str], list[Any]] = {}
         for thread_id in {k[0] for k in keys}:
-            for r in self._write_rows(conn, "thread_id = :t AND channel IN (:i, :r)", {"t": thread_id, "i": INTERRUPT, "r": RESUME}):
+            for r in self._write_rows(
+                conn,
+                "thread_id = :t AND channel IN (:i, :r)",
+                {"t": thread_id, "i": INTERRUPT, "r": RESUME},
+            ):
                 by_key.setdefault((r.thread_id, r.checkpoint_ns, r.checkpoint_id), []).append(r)
         found = {}
         for key in keys:
@@ -277,10 +317,10 @@ class LangGraphStore(ForeignStore):
 
     def _write_rows(self, conn: SAConnection, where: str, params: dict[str, Any]) -> list[Any]:
         if self.dialect == "sqlite":
-            sql = f"SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, value FROM writes WHERE {where} ORDER BY rowid"
+            sql = f"SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, value FROM writes WHERE {where} ORDER BY rowid"  # noqa: S608
         else:
             sql = (
-                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, "
+                "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, "  # noqa: S608
                 f"blob AS value FROM {self.table('checkpoint_writes')} WHERE {where} ORDER BY task_path, task_id, idx"
             )
         return list(conn.execute(sa.text(sql), params))
@@ -291,7 +331,12 @@ class LangGraphStore(ForeignStore):
         return bool(self._raw("", {}, "seq", 1))
 
     def _latest(self, thread_id: str, namespace: str) -> Row | None:
-        rows = self._raw("thread_id = :t AND checkpoint_ns = :ns", {"t": thread_id, "ns": namespace}, "seq DESC", 1)
+        rows = self._raw(
+            "thread_id = :t AND checkpoint_ns = :ns",
+            {"t": thread_id, "ns": namespace},
+            "seq DESC",
+            1,
+        )
         return rows[0] if rows else None
 
     def _latest_any(self, thread_id: str) -> Row | None:
@@ -348,7 +393,9 @@ class LangGraphStore(ForeignStore):
         return written
 
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
-        records = self._records("thread_id > :cursor" if cursor is not None else "", {"cursor": cursor}, limit)
+        records = self._records(
+            "thread_id > :cursor" if cursor is not None else "", {"cursor": cursor}, limit
+        )
         return ThreadPage(records, records[-1].thread_id if len(records) == limit else None)
 
     def _thread_record(self, thread_id: str) -> ThreadRecord | None:
@@ -365,7 +412,7 @@ class LangGraphStore(ForeignStore):
         )
         newest = "max(rowid)" if self.dialect == "sqlite" else "NULL"
         sql = (
-            f"SELECT thread_id, count(*) AS n, sum({size}) AS size, {newest} AS newest_seq FROM {table}"
+            f"SELECT thread_id, count(*) AS n, sum({size}) AS size, {newest} AS newest_seq FROM {table}"  # noqa: S608
             + (f" WHERE {where}" if where else "")
             + " GROUP BY thread_id ORDER BY thread_id LIMIT :limit"
         )
@@ -377,7 +424,7 @@ class LangGraphStore(ForeignStore):
                 blobs = dict(
                     conn.execute(
                         sa.text(
-                            "SELECT thread_id, coalesce(sum(octet_length(blob)), 0) FROM "
+                            "SELECT thread_id, coalesce(sum(octet_length(blob)), 0) FROM "  # noqa: S608
                             f"{self.table('checkpoint_blobs')} WHERE thread_id = ANY(:threads) GROUP BY thread_id"
                         ),
                         {"threads": [r.thread_id for r in rows]},
@@ -393,7 +440,9 @@ class LangGraphStore(ForeignStore):
                     checkpoints=int(r.n),
                     size_bytes=int(r.size or 0) + int(blobs.get(r.thread_id, 0)),
                     newest_at=newest_at,
-                    newest_seq=int(r.newest_seq) if r.newest_seq is not None else (latest.checkpoint.seq if latest else None),
+                    newest_seq=int(r.newest_seq)
+                    if r.newest_seq is not None
+                    else (latest.checkpoint.seq if latest else None),
                 )
             )
         return records

@@ -216,9 +216,7 @@ class MemoryStore(Store):
                 d.rows.pop(thread_id, None)
             for namespace, checkpoint_id in doomed:
                 d.ids.pop((thread_id, namespace, checkpoint_id), None)
-            writes = sum(
-                len(d.writes.pop((thread_id, ns, cid), {})) for ns, cid in doomed
-            )
+            writes = sum(len(d.writes.pop((thread_id, ns, cid), {})) for ns, cid in doomed)
         return Deleted(checkpoints=len(rows) - len(kept), writes=writes)
 
     def _set_status(

@@ -594,16 +594,12 @@ class SQLStore(Store):
                 )
 
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        query = (
-            _SELECT_WRITES
-            .where(
-                writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-                writes.c.thread_id == thread_id,
-                writes.c.namespace == namespace,
-                writes.c.checkpoint_id == checkpoint_id,
-            )
-            .order_by(writes.c.id)
-        )
+        query = _SELECT_WRITES.where(
+            writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            writes.c.thread_id == thread_id,
+            writes.c.namespace == namespace,
+            writes.c.checkpoint_id == checkpoint_id,
+        ).order_by(writes.c.id)
         with self._read("read pending writes") as conn:
             return [EncodedWrite(*r) for r in conn.execute(query)]
 
@@ -636,11 +632,9 @@ class SQLStore(Store):
         wanted = set(keys)
         with self._read("read pending writes") as conn:
             for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
-                query = (
-                    _SELECT_WRITES
-                    .where(writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id)
-                    .order_by(writes.c.id)
-                )
+                query = _SELECT_WRITES.where(
+                    writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id
+                ).order_by(writes.c.id)
                 for r in conn.execute(query):
                     key = (r.namespace, r.checkpoint_id)
                     if key in wanted:
