@@ -273,19 +273,9 @@ def main() -> None:
 
 def write_section(section: str) -> None:
     """Replace (or append) only the ``## Codec`` section of RESULTS.md."""
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == HEADING), None)
-    if start is None:
-        updated = current.rstrip("\n") + "\n\n" + section
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-            len(lines),
-        )
-        tail = "".join(lines[end:])
-        updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    RESULTS.write_text(updated)
+    from _results import write_section as write
+
+    write(HEADING, section)
 
 
 if __name__ == "__main__":

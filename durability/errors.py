@@ -19,6 +19,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
     │   ├── CheckpointDeleteError              a delete that stops making progress
     │   ├── CapabilityError                    the store lacks an optional capability
+    │   │   └── ReadOnlyStoreError             a write to a store opened read-only (a foreign one)
     │   ├── ParkRefused (ValueError)           a park the park rules refuse
     │   └── LeaseError
     │       ├── LeaseHeld                      another holder has a live lease
@@ -90,6 +91,10 @@ class CheckpointDeleteError(StoreError):
 
 class CapabilityError(StoreError):
     """The store lacks an optional capability the operation needs."""
+
+
+class ReadOnlyStoreError(CapabilityError):
+    """A write to a store durability opened read-only: a fastaiagent or LangGraph store it reads in place."""
 
 
 class ParkRefused(StoreError, ValueError):

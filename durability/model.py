@@ -218,3 +218,17 @@ class OutboxEntry:
         if not self.synced:
             return "pending"
         return "quarantined" if self.sync_error is not None else "synced"
+
+
+@dataclass(frozen=True, slots=True)
+class TypedValue:
+    """A value kept as another serializer's typed bytes: ``(type, data)``, never decoded here.
+
+    The LangGraph saver stores channel values and pending writes this way when it is given a
+    LangGraph ``serde`` (an ``EncryptedSerializer``, say), so the bytes that serializer wrote
+    are stored and handed back to it unchanged. Foreign LangGraph stores use it for a value
+    LangGraph's serializer could not read at all.
+    """
+
+    type: str
+    data: bytes

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from durability import codec
 from durability.clock import Clock, system_clock
@@ -199,6 +199,34 @@ class EncodedWrite:
             value=codec.loads(self.value, path=f"writes[{self.task_id!r}, {self.idx}]"),
             task_path=self.task_path,
         )
+
+
+class CheckpointRow(Protocol):
+    """What a read primitive returns: a stored checkpoint, decoded on demand.
+
+    :class:`EncodedCheckpoint` is one; a foreign (read-only) store returns rows of its own.
+    """
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    def decode(self) -> Checkpoint: ...
+
+
+class WriteRow(Protocol):
+    """What :meth:`Store._writes` returns: a stored pending write, decoded on demand."""
+
+    def decode(self) -> PendingWrite: ...
+
+
+#: A checkpoint's address inside its thread: ``(namespace, checkpoint_id)``.
+CheckpointKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +492,89 @@ class Store(ABC):
         self._check_thread(thread_id, "", "delete a thread")
         self.ready()
         return self._delete_thread(thread_id)
+
+    def delete_checkpoints(self, thread_id: str, checkpoints: Sequence[CheckpointKey]) -> Deleted:
+        """Remove these checkpoints of the thread and their pending writes (absent ones are skipped).
+
+        ``checkpoints`` are ``(namespace, checkpoint_id)`` pairs. The thread's ledger record
+        stays. LangGraph's ``prune`` and ``delete_for_runs`` are built on this.
+        """
+        action = "delete checkpoints"
+        self._check_thread(thread_id, "", action)
+        for namespace, checkpoint_id in checkpoints:
+            check_id(namespace, "namespace", action=action, allow_empty=True)
+            check_id(checkpoint_id, "checkpoint_id", action=action)
+        self.ready()
+        keys = list(dict.fromkeys(checkpoints))
+        return self._delete_checkpoints(thread_id, keys) if keys else Deleted()
+
+    def checkpoints_of_runs(self, run_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+        """``(thread_id, namespace, checkpoint_id)`` of every checkpoint whose ``run_id`` is listed.
+
+        An empty run id is refused: it would match every checkpoint written without one.
+        """
+        wanted = [check_id(r, "run_id", action="find the checkpoints of runs") for r in run_ids]
+        self.ready()
+        return self._checkpoints_of_runs(list(dict.fromkeys(wanted))) if wanted else []
+
+    def set_status(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        namespace: str = "",
+        *,
+        status: str,
+        interrupt_reason: str | None = None,
+        interrupt_context: Any = None,
+    ) -> bool:
+        """Change a stored checkpoint's status and interrupt fields; ``False`` if it is absent.
+
+        The only change a store makes to a stored checkpoint: a LangGraph checkpoint is
+        ``interrupted`` while an ``__interrupt__`` write against it is pending, and goes back
+        to ``completed`` when the run resumes. Replication is not re-triggered: the plane
+        keeps the status the row had when it was sent (its ingest is insert-only).
+        """
+        action = "change a checkpoint's status"
+        self._check_thread(thread_id, namespace, action)
+        check_id(checkpoint_id, "checkpoint_id", action=action)
+        check_id(status, "status", action=action)
+        context = codec.dumps(
+            {} if interrupt_context is None else interrupt_context, path="interrupt_context"
+        )
+        self.ready()
+        return self._set_status(
+            thread_id, namespace, checkpoint_id, status, interrupt_reason, context
+        )
+
+    def newest_first(
+        self,
+        thread_id: str,
+        namespace: str | None = None,
+        *,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Checkpoint]:
+        """The thread's checkpoints by ``checkpoint_id``, greatest first (LangGraph's order).
+
+        LangGraph's ids are time-ordered UUIDv6 strings and its "latest" is the greatest id in
+        a thread and namespace, compared as strings (code point order). ``before`` keeps ids
+        below it; ``namespace=None`` returns every namespace.
+        """
+        self._check_thread(thread_id, namespace or "", "list a thread's checkpoints")
+        if before is not None:
+            check_id(before, "before", action="list a thread's checkpoints")
+        self.ready()
+        return [row.decode() for row in self._newest_first(thread_id, namespace, before, limit)]
+
+    def writes_of(
+        self, thread_id: str, checkpoints: Sequence[CheckpointKey]
+    ) -> dict[CheckpointKey, list[PendingWrite]]:
+        """The pending writes of several checkpoints of a thread at once, each in write order."""
+        self._check_thread(thread_id, "", "read pending writes")
+        self.ready()
+        keys = list(dict.fromkeys(checkpoints))
+        rows = self._writes_of(thread_id, keys) if keys else {}
+        return {key: [w.decode() for w in rows.get(key, ())] for key in keys}
 
     # ------------------------------------------------------------------ ledger
 
@@ -745,27 +856,25 @@ class Store(ABC):
         """Insert rows atomically and return their ``seq``; refuse all on a duplicate id."""
 
     @abstractmethod
-    def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None: ...
+    def _latest(self, thread_id: str, namespace: str) -> CheckpointRow | None: ...
 
     @abstractmethod
-    def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
+    def _latest_any(self, thread_id: str) -> CheckpointRow | None:
         """The last checkpoint of the thread in any namespace."""
 
     @abstractmethod
-    def _get(
-        self, thread_id: str, namespace: str, checkpoint_id: str
-    ) -> EncodedCheckpoint | None: ...
+    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> CheckpointRow | None: ...
 
     @abstractmethod
     def _history(
         self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
-    ) -> list[EncodedCheckpoint]: ...
+    ) -> Sequence[CheckpointRow]: ...
 
     @abstractmethod
     def _insert_writes(self, rows: list[EncodedWrite]) -> None: ...
 
     @abstractmethod
-    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]: ...
+    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> Sequence[WriteRow]: ...
 
     @abstractmethod
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage: ...
@@ -814,6 +923,60 @@ class Store(ABC):
 
     @abstractmethod
     def _parks(self) -> list[Park]: ...
+
+    # Primitives with defaults built on the ones above; providers override them for speed.
+
+    def _newest_first(
+        self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
+    ) -> Sequence[CheckpointRow]:
+        rows = sorted(
+            (
+                r
+                for r in self._history(thread_id, namespace, None, None)
+                if before is None or r.checkpoint_id < before
+            ),
+            key=lambda r: r.checkpoint_id,
+            reverse=True,
+        )
+        return rows if limit is None else rows[:limit]
+
+    def _writes_of(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> Mapping[CheckpointKey, Sequence[WriteRow]]:
+        return {(ns, cid): self._writes(thread_id, ns, cid) for ns, cid in keys}
+
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
+        wanted = set(run_ids)
+        found = []
+        for record in self.iter_threads():
+            for row in self._history(record.thread_id, None, None, None):
+                cp = row.decode()
+                if cp.run_id in wanted:
+                    found.append((cp.thread_id, cp.namespace, cp.checkpoint_id))
+        return found
+
+    # Primitives a provider must implement for LangGraph's prune, delete_for_runs and
+    # interrupts; the defaults say it cannot.
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        raise CapabilityError(
+            f"the {self.provider or type(self).__name__} store cannot change a stored "
+            "checkpoint's status; implement Store._set_status for it"
+        )
+
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        raise CapabilityError(
+            f"the {self.provider or type(self).__name__} store cannot delete single "
+            "checkpoints; implement Store._delete_checkpoints for it (delete_thread works)"
+        )
 
     # Outbox primitives: optional. The defaults say the store does not replicate.
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -47,6 +47,7 @@ from durability.model import Deleted, Lease, OutboxEntry, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import (
     Capabilities,
+    CheckpointKey,
     Connection,
     EncodedCheckpoint,
     EncodedWrite,
@@ -59,6 +60,8 @@ from durability.stores.base import (
     park_exists_message,
     redact_url,
 )
+
+_T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------- schema
 
@@ -519,7 +522,7 @@ class SQLStore(Store):
             raise CheckpointConflict(message) from exc
 
     def _select_rows(self) -> sa.Select[Any]:
-        return sa.select(*_ROW_COLUMNS)
+        return _SELECT_ROWS
 
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
         query = (
@@ -591,27 +594,113 @@ class SQLStore(Store):
                 )
 
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        query = (
-            sa.select(
-                writes.c.thread_id,
-                writes.c.namespace,
-                writes.c.checkpoint_id,
-                writes.c.task_id,
-                writes.c.idx,
-                writes.c.channel,
-                writes.c.value,
-                writes.c.task_path,
-            )
-            .where(
-                writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-                writes.c.thread_id == thread_id,
-                writes.c.namespace == namespace,
-                writes.c.checkpoint_id == checkpoint_id,
-            )
-            .order_by(writes.c.id)
-        )
+        query = _SELECT_WRITES.where(
+            writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            writes.c.thread_id == thread_id,
+            writes.c.namespace == namespace,
+            writes.c.checkpoint_id == checkpoint_id,
+        ).order_by(writes.c.id)
         with self._read("read pending writes") as conn:
             return [EncodedWrite(*r) for r in conn.execute(query)]
+
+    def _newest_first(
+        self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
+    ) -> list[EncodedCheckpoint]:
+        # Postgres compares text in the database's collation; "C" is code point order,
+        # which is what LangGraph's string comparison of ids means.
+        cid = checkpoints.c.checkpoint_id
+        ordered = cid.collate("C") if self.provider == "postgres" else cid
+        where = [*_thread(thread_id)]
+        if namespace is not None:
+            where.append(checkpoints.c.namespace == namespace)
+        if before is not None:
+            where.append(ordered < before)
+        query = self._select_rows().order_by(ordered.desc())
+        if limit is None:
+            query = query.where(*where)
+        else:
+            # Pick the rows by id first, so the sort never carries the payload columns.
+            chosen = sa.select(checkpoints.c.seq).where(*where).order_by(ordered.desc())
+            query = query.where(checkpoints.c.seq.in_(chosen.limit(limit).scalar_subquery()))
+        with self._read("list a thread's checkpoints") as conn:
+            return [_encoded(r) for r in conn.execute(query)]
+
+    def _writes_of(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> dict[CheckpointKey, list[EncodedWrite]]:
+        found: dict[CheckpointKey, list[EncodedWrite]] = {}
+        wanted = set(keys)
+        with self._read("read pending writes") as conn:
+            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+                query = _SELECT_WRITES.where(
+                    writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id
+                ).order_by(writes.c.id)
+                for r in conn.execute(query):
+                    key = (r.namespace, r.checkpoint_id)
+                    if key in wanted:
+                        found.setdefault(key, []).append(EncodedWrite(*r))
+        return found
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        where = (
+            checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            checkpoints.c.thread_id == thread_id,
+            checkpoints.c.namespace == namespace,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+        with self._write("change a checkpoint's status") as conn:
+            row = conn.execute(
+                sa.select(checkpoints.c.interrupt_context, checkpoints.c.size_bytes).where(*where)
+            ).first()
+            if row is None:
+                return False
+            size = row.size_bytes + _utf8_len(interrupt_context) - _utf8_len(row.interrupt_context)
+            conn.execute(
+                checkpoints.update()
+                .where(*where)
+                .values(
+                    status=status,
+                    interrupt_reason=interrupt_reason,
+                    interrupt_context=interrupt_context,
+                    size_bytes=size,
+                )
+            )
+        return True
+
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        removed = removed_writes = 0
+        with self._write("delete checkpoints") as conn:
+            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+                removed += conn.execute(
+                    checkpoints.delete().where(
+                        checkpoints.c.ckey.in_(chunk), checkpoints.c.thread_id == thread_id
+                    )
+                ).rowcount
+                removed_writes += conn.execute(
+                    writes.delete().where(writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id)
+                ).rowcount
+        return Deleted(checkpoints=removed, writes=removed_writes)
+
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
+        c = checkpoints.c
+        found: list[tuple[str, str, str]] = []
+        with self._read("find the checkpoints of runs") as conn:
+            for chunk in _chunks(run_ids):
+                query = (
+                    sa.select(c.thread_id, c.namespace, c.checkpoint_id)
+                    .where(c.run_id.in_(chunk))
+                    .order_by(c.seq)
+                )
+                found += [(r.thread_id, r.namespace, r.checkpoint_id) for r in conn.execute(query)]
+        return found
 
     # ------------------------------------------------------------------ threads
 
@@ -1030,6 +1119,30 @@ _ROW_COLUMNS = [
 ]
 
 
+_WRITE_COLUMNS = [
+    writes.c[name]
+    for name in (
+        "thread_id",
+        "namespace",
+        "checkpoint_id",
+        "task_id",
+        "idx",
+        "channel",
+        "value",
+        "task_path",
+    )
+]
+
+
+# Built once: coercing two dozen columns costs more than running the query it selects.
+_SELECT_ROWS = sa.select(*_ROW_COLUMNS)
+_SELECT_WRITES = sa.select(*_WRITE_COLUMNS)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _thread(thread_id: str) -> tuple[sa.ColumnElement[bool], ...]:
     return (checkpoints.c.tkey == thread_key(thread_id), checkpoints.c.thread_id == thread_id)
 
@@ -1145,7 +1258,7 @@ def _cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[Enc
     return kept
 
 
-def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
+def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 
