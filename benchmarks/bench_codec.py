@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from durability import codec
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADING = "## Codec"
 TARGETS = {"rich": 2.0, "chat": 0.3}
 REPETITIONS = 3

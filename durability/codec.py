@@ -14,39 +14,40 @@ names the tag. A user ``dict`` that holds the key ``"$t"`` is written as a ``map
 it comes back as the same ``dict``. Output is deterministic for the same value (dicts keep their
 order; sets are sorted when their items are orderable). ``dumps(None)`` is ``"null"``.
 
-======  ==============================  ==================================================
-tag     type                            fields
-======  ==============================  ==================================================
-dt      ``datetime``                    ``v`` ISO text (with its UTC offset when aware);
-                                        ``k`` IANA zone key; ``n`` fixed-offset name;
-                                        ``f`` 1 when ``fold`` is 1
-tm      ``time``                        as ``dt``
-d       ``date``                        ``v`` ISO text
-td      ``timedelta``                   ``v`` ``[days, seconds, microseconds]``
-tz      ``timezone`` (and pydantic's    ``o`` offset in microseconds; ``n`` its name when
-        parsed offset)                  it has an explicit one
-zi      ``zoneinfo.ZoneInfo``           ``k`` zone key
-dec     ``Decimal``                     ``v`` ``str()`` of it (NaN, ``-0``, exponent kept)
-uuid    ``UUID``                        ``v`` 32 hex digits
-b       ``bytes``                       ``v`` base64
-int     ``int`` beyond 64 bits          ``v`` hexadecimal text (no digit limit)
-str     ``str`` with lone surrogates    ``v`` list of text pieces and surrogate code points
-tup     ``tuple``                       ``v`` items
-set     ``set``                         ``v`` items (sorted when orderable)
-fset    ``frozenset``                   ``v`` items (sorted when orderable)
-map     ``dict`` with a non-``str`` key ``v`` ``[[key, value], ...]`` in dict order
+======  ==================================  ==================================================
+tag     type                                fields
+======  ==================================  ==================================================
+dt      ``datetime``                        ``v`` ISO text (with its UTC offset when aware);
+                                            ``k`` IANA zone key; ``n`` fixed-offset name;
+                                            ``f`` 1 when ``fold`` is 1
+tm      ``time``                            as ``dt``
+d       ``date``                            ``v`` ISO text
+td      ``timedelta``                       ``v`` ``[days, seconds, microseconds]``
+tz      ``timezone`` (and pydantic's        ``o`` offset in microseconds; ``n`` its name when
+        parsed offset)                      it has an explicit one
+zi      ``zoneinfo.ZoneInfo``               ``k`` zone key
+dec     ``Decimal``                         ``v`` ``str()`` of it (NaN, ``-0``, exponent kept)
+uuid    ``UUID``                            ``v`` 32 hex digits
+b       ``bytes``                           ``v`` base64
+int     ``int`` beyond 64 bits              ``v`` hexadecimal text (no digit limit)
+str     ``str`` with lone surrogates        ``v`` list of text pieces and surrogate code points
+tup     ``tuple``                           ``v`` items
+set     ``set``                             ``v`` items (sorted when orderable)
+fset    ``frozenset``                       ``v`` items (sorted when orderable)
+map     ``dict`` with a non-``str`` key     ``v`` ``[[key, value], ...]`` in dict order
         or the ``"$t"`` key
-enum    ``Enum`` member                 ``c`` class path; ``v`` the member's value
-dc      dataclass                       ``c`` class path; ``f`` ``{field: value}``
-pyd     pydantic v2 model               ``c`` class path; ``f`` ``{field: value}`` (extras
-                                        included)
-exc     exception                       ``type`` class path (never imported);
-                                        ``message`` ``str()``; ``kwargs`` attributes;
-                                        ``repr_kwargs`` names stored as ``repr()``;
-                                        ``cause`` record of ``__cause__`` or ``null``
-lc      LangChain ``Serializable``      ``v`` LangChain's own ``dumpd()`` output
-lg      LangGraph type                  ``c`` name in ``langgraph.types``; ``f`` fields
-======  ==============================  ==================================================
+enum    ``Enum`` member                     ``c`` class path; ``v`` the member's value
+dc      dataclass                           ``c`` class path; ``f`` ``{field: value}``
+pyd     pydantic v2 model                   ``c`` class path; ``f`` ``{field: value}`` (extras
+                                            included)
+exc     exception                           ``type`` class path (never imported);
+                                            ``message`` ``str()``; ``kwargs`` attributes;
+                                            ``repr_kwargs`` names stored as ``repr()``
+                                            (cut at 10,000 characters);
+                                            ``cause`` record of ``__cause__`` or ``null``
+lc      LangChain ``Serializable``          ``v`` LangChain's own ``dumpd()`` output
+lg      LangGraph type                      ``c`` name in ``langgraph.types``; ``f`` fields
+======  ==================================  ==================================================
 
 A class path is ``module:qualname``. Values inside envelopes are encoded the same way, so
 envelopes nest. The LangGraph types kept are ``Send``, ``Interrupt``, ``Command``,
@@ -104,9 +105,12 @@ Performance
 ===========
 
 The walk dispatches on ``type(value)``, returns JSON-native subtrees as they are (no copy), and
-builds paths only while an error unwinds; orjson writes and parses the text. ``loads`` of text
-without ``"$t"`` is a bare ``orjson.loads``. A LangChain object costs a LangChain
-``dumpd`` plus a trial load at write (about 0.1 ms per message).
+builds paths only while an error unwinds; orjson writes and parses the text. A value holding a
+lone surrogate, an integer beyond 64 bits or a dict with a non-``str`` key is refused by orjson
+and walked a second time by a stricter walk that envelopes those (about twice the cost).
+``loads`` of text without ``"$t"`` is a bare ``orjson.loads``; otherwise it walks the parsed
+tree in place. A LangChain object costs LangChain's ``dumpd`` plus a trial load at write
+(about 0.1 ms per message). ``benchmarks/RESULTS.md`` has the figures.
 """
 
 from __future__ import annotations

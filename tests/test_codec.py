@@ -256,6 +256,11 @@ def nested_tuples(depth: int) -> tuple[Any, ...]:
     return value
 
 
+def counted(counter: Counter, count: int) -> Counter:
+    counter.count = count  # an init=False field, set after construction
+    return counter
+
+
 ROUND_TRIPS = [
     # JSON-native
     pytest.param(None, id="none"),
@@ -343,7 +348,7 @@ ROUND_TRIPS = [
     pytest.param(Point(1, 2), id="dataclass-frozen"),
     pytest.param(SlotPoint(1.5, -2.0), id="dataclass-slots"),
     pytest.param(Line(Point(0, 0), Point(3, 4), ["a"]), id="dataclass-nested"),
-    pytest.param(dataclasses.replace(Counter("c", {"x"})), id="dataclass-init-false"),
+    pytest.param(counted(Counter("c", {"x"}), 5), id="dataclass-init-false"),
     pytest.param(
         Event(datetime(2026, 1, 1, tzinfo=PARIS), Decimal("9.99"), (uuid.UUID(int=5),)),
         id="dc-rich",
