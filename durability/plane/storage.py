@@ -310,13 +310,10 @@ class PlaneStorage:
             existing: dict[str, str] = {}
             for start in range(0, len(keys), 500):
                 chunk = keys[start : start + 500]
-                existing.update(
-                    conn.execute(
-                        sa.select(checkpoints.c.ckey, checkpoints.c.execution_id).where(
-                            checkpoints.c.ckey.in_(chunk)
-                        )
-                    ).tuples()
+                query = sa.select(checkpoints.c.ckey, checkpoints.c.execution_id).where(
+                    checkpoints.c.ckey.in_(chunk)
                 )
+                existing.update((r.ckey, r.execution_id) for r in conn.execute(query))
             fresh = []
             received = _now()
             for ckey, row in by_key.items():
