@@ -337,10 +337,8 @@ class PlaneStorage:
                 )
             stored = 0
             if fresh:
-                result = conn.execute(
-                    self._insert(checkpoints).on_conflict_do_nothing(index_elements=["ckey"]), fresh
-                )
-                stored = max(0, result.rowcount) if result.rowcount is not None else len(fresh)
+                stmt = self._insert(checkpoints).on_conflict_do_nothing(index_elements=["ckey"])
+                stored = len(conn.execute(stmt.returning(checkpoints.c.id), fresh).all())
         return stored, conflicts
 
     def _run_query(self, tenant: Tenant, execution_id: str) -> sa.Select[Any]:
