@@ -43,12 +43,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import durability  # noqa: E402 - after the path is set
-from durability import Checkpoint  # noqa: E402
-from durability.plane import PlaneStorage  # noqa: E402
-from durability.replication import PlaneLimits, connect, drain_once  # noqa: E402
-from durability.replication.client import IngestAnswer  # noqa: E402
-from durability.settings import Settings  # noqa: E402
+import durability
+from durability import Checkpoint
+from durability.plane import PlaneStorage
+from durability.replication import PlaneLimits, connect, drain_once
+from durability.replication.client import IngestAnswer
+from durability.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADING = "## Replication"
@@ -62,7 +62,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def state(n: int) -> dict[str, Any]:
     """A ~2 KB chat-like state."""
     return {
-        "messages": [{"role": "user" if i % 2 else "assistant", "content": f"message {n}-{i} " + "lorem ipsum " * 12} for i in range(12)],
+        "messages": [
+            {
+                "role": "user" if i % 2 else "assistant",
+                "content": f"message {n}-{i} " + "lorem ipsum " * 12,
+            }
+            for i in range(12)
+        ],
         "turn": n,
     }
 
@@ -81,7 +87,9 @@ class Plane:
         self.storage = PlaneStorage(self.db)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = ["plane", "serve", "--db", self.db, "--port", str(self.port)] + (["--compat"] if compat else [])
+        args = ["plane", "serve", "--db", self.db, "--port", str(self.port)] + (
+            ["--compat"] if compat else []
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from durability.cli import main; main()", *args],
             cwd=ROOT,
@@ -135,7 +143,17 @@ def bench_drain(folder: Path, plane: Plane) -> list[float]:
     url = f"sqlite:///{folder / 'drain.db'}"
     with durability.open(url, settings=Settings()) as store:
         for start in range(0, ROWS, 1000):
-            store.put_many([Checkpoint(thread_id=f"run-{n // 20}", node_id=f"turn:{n % 20}", step=n % 20, state=state(n)) for n in range(start, start + 1000)])
+            store.put_many(
+                [
+                    Checkpoint(
+                        thread_id=f"run-{n // 20}",
+                        node_id=f"turn:{n % 20}",
+                        step=n % 20,
+                        state=state(n),
+                    )
+                    for n in range(start, start + 1000)
+                ]
+            )
         size = store.outbox(limit=1)[0].size_bytes
         print(f"stored {ROWS} checkpoints of {size} bytes each")
         rates = []
@@ -146,7 +164,8 @@ def bench_drain(folder: Path, plane: Plane) -> list[float]:
             conn, timed = timed_connection(store, plane)
             report = drain_once(conn)
             assert report.synced == ROWS, report
-            assert timed.first is not None and timed.last is not None
+            assert timed.first is not None
+            assert timed.last is not None
             rates.append(ROWS / (timed.last - timed.first))
             print(f"run {run + 1}: {rates[-1]:,.0f} checkpoints/s ({report.requests} requests)")
             conn.close()
@@ -188,7 +207,16 @@ def bench_sdk(folder: Path, plane: Plane) -> float | None:
     import json
 
     done = subprocess.run(
-        [sys.executable, "-c", SDK_DRAIN, plane.url, plane.key(), str(folder / "sdk.db"), str(ROWS), json.dumps(state(0))],
+        [
+            sys.executable,
+            "-c",
+            SDK_DRAIN,
+            plane.url,
+            plane.key(),
+            str(folder / "sdk.db"),
+            str(ROWS),
+            json.dumps(state(0)),
+        ],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -203,19 +231,36 @@ def bench_sdk(folder: Path, plane: Plane) -> float | None:
     return ROWS / seconds
 
 
-def bench_isolation(folder: Path, plane: Plane, *, n: int, k: int, blind: bool, seed: int) -> dict[str, Any]:
+def bench_isolation(
+    folder: Path, plane: Plane, *, n: int, k: int, blind: bool, seed: int
+) -> dict[str, Any]:
     url = f"sqlite:///{folder / f'iso-{n}-{k}-{blind}-{seed}.db'}"
     poison = set(random.Random(seed).sample(range(n), k))
     with durability.open(url, settings=Settings()) as store:
         store.put_many(
-            [Checkpoint(thread_id="iso", node_id=f"n{i}", step_type="s" * 50 if i in poison else "node", state=state(i)) for i in range(n)]
+            [
+                Checkpoint(
+                    thread_id="iso",
+                    node_id=f"n{i}",
+                    step_type="s" * 50 if i in poison else "node",
+                    state=state(i),
+                )
+                for i in range(n)
+            ]
         )
-        conn, _ = timed_connection(store, plane, blind=blind, limits=NO_LOCAL_CAPS, batch_rows=n, batch_bytes=10**9)
+        conn, _ = timed_connection(
+            store, plane, blind=blind, limits=NO_LOCAL_CAPS, batch_rows=n, batch_bytes=10**9
+        )
         batch = len(b",".join(r.body for r in _wire_rows(store)))
         report = drain_once(conn)
         conn.close()
-    assert report.quarantined == k and report.synced == n - k, report
-    return {"requests": report.requests, "ratio": report.bytes_sent / batch, "bound": k * math.ceil(math.log2(n)) + 1}
+    assert report.quarantined == k, report
+    assert report.synced == n - k, report
+    return {
+        "requests": report.requests,
+        "ratio": report.bytes_sent / batch,
+        "bound": k * math.ceil(math.log2(n)) + 1,
+    }
 
 
 def _wire_rows(store: Any) -> list[Any]:
@@ -234,11 +279,21 @@ def main() -> None:
         sdk = bench_sdk(folder, plane)
         iso_rows = []
         for n, k in ((64, 1), (512, 1), (512, 4), (512, 16)):
-            named = [bench_isolation(folder, compat, n=n, k=k, blind=False, seed=s) for s in range(3)]
-            blind = [bench_isolation(folder, compat, n=n, k=k, blind=True, seed=s) for s in range(3)]
+            named = [
+                bench_isolation(folder, compat, n=n, k=k, blind=False, seed=s) for s in range(3)
+            ]
+            blind = [
+                bench_isolation(folder, compat, n=n, k=k, blind=True, seed=s) for s in range(3)
+            ]
             default = bench_isolation(folder, plane, n=n, k=k, blind=False, seed=0)
             iso_rows.append((n, k, named, blind, default))
-            print(n, k, [r["requests"] for r in named], [r["requests"] for r in blind], default["requests"])
+            print(
+                n,
+                k,
+                [r["requests"] for r in named],
+                [r["requests"] for r in blind],
+                default["requests"],
+            )
     finally:
         plane.stop()
         compat.stop()
@@ -261,7 +316,9 @@ def render(rates: list[float], sdk: float | None, iso_rows: list[Any]) -> str:
         f"| durability `drain_once` (500 rows / 4 MiB per batch) | {median:,.0f} | {', '.join(f'{r:,.0f}' for r in rates)} | ≥ {TARGET:,} {'✅' if median >= TARGET else '❌'} |",
     ]
     if sdk is not None:
-        lines.append(f"| fastaiagent {version('fastaiagent')} drain (its own, 200 rows per batch), same plane | {sdk:,.0f} | 1 (connect → last ack) | — |")
+        lines.append(
+            f"| fastaiagent {version('fastaiagent')} drain (its own, 200 rows per batch), same plane | {sdk:,.0f} | 1 (connect → last ack) | — |"
+        )
         lines += ["", f"Ratio durability / fastaiagent: **{median / sdk:.1f}×**."]
     lines += [
         "",
@@ -299,7 +356,9 @@ def write_section(section: str) -> None:
     if start is None:
         updated = current.rstrip("\n") + "\n\n" + section
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
         tail = "".join(lines[end:])
         updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
     RESULTS.write_text(updated)

@@ -112,7 +112,9 @@ async def _swallow(message: Any) -> None:
 
 async def _cut(send: Any) -> None:
     """Start an answer, then fail: uvicorn closes the socket, the client sees a protocol error."""
-    await send({"type": "http.response.start", "status": 201, "headers": [(b"content-length", b"1000")]})
+    await send(
+        {"type": "http.response.start", "status": 201, "headers": [(b"content-length", b"1000")]}
+    )
     await send({"type": "http.response.body", "body": b'{"ingested"', "more_body": True})
     raise ConnectionAbortedError("injected dropped connection")
 
@@ -130,10 +132,14 @@ class PlaneHandle:
     key: str = ""
     clients: list[httpx.Client] = field(default_factory=list)
 
-    def new_key(self, *, entitled: bool = True, domain: str | None = None, project: str | None = None) -> str:
+    def new_key(
+        self, *, entitled: bool = True, domain: str | None = None, project: str | None = None
+    ) -> str:
         """A key for a new tenant (or the given domain/project)."""
         made = self.storage.create_key(
-            domain or f"dom-{uuid.uuid4().hex[:10]}", project or f"proj-{uuid.uuid4().hex[:10]}", entitled=entitled
+            domain or f"dom-{uuid.uuid4().hex[:10]}",
+            project or f"proj-{uuid.uuid4().hex[:10]}",
+            entitled=entitled,
         )
         self.domain, self.project, self.key = made.domain_id, made.project_id, made.api_key
         return made.api_key
@@ -151,7 +157,9 @@ class PlaneHandle:
 
     def ids_on_plane(self, execution_id: str, key: str | None = None) -> list[str]:
         """The checkpoint ids the plane holds for an execution, oldest first."""
-        items, cursor = self.storage.history(self.tenant(key), execution_id, limit=1000, cursor=None)
+        items, cursor = self.storage.history(
+            self.tenant(key), execution_id, limit=1000, cursor=None
+        )
         assert cursor is None
         return [i["checkpoint_id"] for i in items]
 
@@ -182,7 +190,9 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
     """The session plane with a fresh entitled tenant, default (per-item rejection) mode, no faults."""
     served_plane.faults.reset()
     served_plane.plane.compat = False
-    handle = PlaneHandle(served_plane.url, served_plane.storage, served_plane.plane, served_plane.faults)
+    handle = PlaneHandle(
+        served_plane.url, served_plane.storage, served_plane.plane, served_plane.faults
+    )
     handle.new_key()
     yield handle
     served_plane.faults.release.set()

@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import fastaiagent  # noqa: F401 - the dev extra installs fastaiagent==1.94.0; a missing SDK fails here
-from plane_support import PlaneHandle, plane, served_plane  # noqa: F401
+from plane_support import PlaneHandle
 
 import durability
 from durability import Checkpoint
-from durability.replication import PlaneClient, checkpoint_from_wire, connect, disconnect, is_durability_item
+from durability.replication import (
+    PlaneClient,
+    checkpoint_from_wire,
+    connect,
+    disconnect,
+    is_durability_item,
+)
 from durability.settings import Settings
-
 
 SDK_WRITES = textwrap.dedent(
     """
@@ -87,17 +92,30 @@ SDK_RESTORES = textwrap.dedent(
 
 def run_sdk(script: str, args: list[str], cwd: Path) -> Any:
     """Run an SDK script in a subprocess (cwd: its .fastaiagent/ lands there) and parse its JSON output."""
-    env = {**os.environ, "FASTAIAGENT_LOCAL_DB": str(cwd / "local.db"), "FASTAIAGENT_RESTORE_FROM_PLANE": "1"}
+    env = {
+        **os.environ,
+        "FASTAIAGENT_LOCAL_DB": str(cwd / "local.db"),
+        "FASTAIAGENT_RESTORE_FROM_PLANE": "1",
+    }
     done = subprocess.run(
-        [sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_sdk_drains_into_our_plane_and_we_read_what_it_sent(plane: PlaneHandle, tmp_path: Path) -> None:
+def test_sdk_drains_into_our_plane_and_we_read_what_it_sent(
+    plane: PlaneHandle, tmp_path: Path
+) -> None:
     """The SDK connects, replicates through its own drain, and our client maps its rows back exactly."""
-    sent = run_sdk(SDK_WRITES, [plane.url, plane.key, str(tmp_path / "sdk.db"), "sdk-exec"], tmp_path)
+    sent = run_sdk(
+        SDK_WRITES, [plane.url, plane.key, str(tmp_path / "sdk.db"), "sdk-exec"], tmp_path
+    )
     assert sent["unsynced"] == 0, "the SDK's drain did not get every row into our plane"
     with PlaneClient(plane.url, plane.key) as client:
         pages = client.iter_history("sdk-exec")
@@ -116,15 +134,22 @@ def test_sdk_drains_into_our_plane_and_we_read_what_it_sent(plane: PlaneHandle, 
             theirs["node_id"],
             theirs["node_index"],
         )
-        assert (mine.step_type, mine.status, mine.agent_path) == (theirs["step_type"], theirs["status"], theirs["agent_path"])
-        assert mine.state == theirs["state_snapshot"] and mine.iteration_counters == theirs["iteration_counters"]
+        assert (mine.step_type, mine.status, mine.agent_path) == (
+            theirs["step_type"],
+            theirs["status"],
+            theirs["agent_path"],
+        )
+        assert mine.state == theirs["state_snapshot"]
+        assert mine.iteration_counters == theirs["iteration_counters"]
         assert mine.created_at == datetime.fromisoformat(theirs["created_at"])
     assert [r["health"] for r in runs["items"] if r["execution_id"] == "sdk-exec"] == ["completed"]
     # What the SDK sent can be kept in one of our stores, as a restore would (already synced).
     with durability.open(f"sqlite:///{tmp_path / 'ours.db'}", settings=Settings()) as ours:
         ours.put_many([checkpoint_from_wire(i) for i in items], synced=True)
         latest = ours.latest("sdk-exec")
-        assert latest is not None and latest.is_run_end and ours.outbox(state="pending") == []
+        assert latest is not None
+        assert latest.is_run_end
+        assert ours.outbox(state="pending") == []
 
 
 def test_sdk_restores_what_we_sent(plane: PlaneHandle, tmp_path: Path) -> None:
@@ -167,13 +192,34 @@ def test_sdk_restores_what_we_sent(plane: PlaneHandle, tmp_path: Path) -> None:
         connect(ours, plane.url, plane.key)
         assert disconnect(ours, timeout=10)
         assert [e.state for e in ours.outbox()] == ["synced", "synced"]
-    restored = run_sdk(SDK_RESTORES, [plane.url, plane.key, str(tmp_path / "fresh.db"), "ours-chain", "ours-agent"], tmp_path)
+    restored = run_sdk(
+        SDK_RESTORES,
+        [plane.url, plane.key, str(tmp_path / "fresh.db"), "ours-chain", "ours-agent"],
+        tmp_path,
+    )
     chain = restored["ours-chain"]
-    assert (chain["chain_name"], chain["node_id"], chain["node_index"], chain["status"]) == ("etl", "transform", 2, "completed")
+    assert (chain["chain_name"], chain["node_id"], chain["node_index"], chain["status"]) == (
+        "etl",
+        "transform",
+        2,
+        "completed",
+    )
     assert chain["state_snapshot"] == {"rows": [1, 2, 3], "note": "naïve"}
-    assert (chain["node_input"], chain["node_output"], chain["iteration_counters"]) == ({"batch": 7}, {"output": "ok"}, {"retry": 1})
-    assert chain["checkpoint_id"] == "c-1" and chain["created_at"] == when.isoformat()
+    assert (chain["node_input"], chain["node_output"], chain["iteration_counters"]) == (
+        {"batch": 7},
+        {"output": "ok"},
+        {"retry": 1},
+    )
+    assert chain["checkpoint_id"] == "c-1"
+    assert chain["created_at"] == when.isoformat()
     agent = restored["ours-agent"]
-    assert (agent["status"], agent["interrupt_reason"], agent["interrupt_context"]) == ("interrupted", "needs approval", {"amount": 12})
-    assert agent["agent_path"] == "agent:helper/tool:approve" and agent["chain_name"] == "helper"
-    assert [(p["execution_id"], p["reason"]) for p in restored["pending"]] == [("ours-agent", "needs approval")]
+    assert (agent["status"], agent["interrupt_reason"], agent["interrupt_context"]) == (
+        "interrupted",
+        "needs approval",
+        {"amount": 12},
+    )
+    assert agent["agent_path"] == "agent:helper/tool:approve"
+    assert agent["chain_name"] == "helper"
+    assert [(p["execution_id"], p["reason"]) for p in restored["pending"]] == [
+        ("ours-agent", "needs approval")
+    ]

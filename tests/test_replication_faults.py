@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from plane_support import NO_LOCAL_CAPS, PlaneHandle, fast_backoff, plane, served_plane  # noqa: F401
+from plane_support import NO_LOCAL_CAPS, PlaneHandle, fast_backoff
 
 import durability
 from durability import Checkpoint
@@ -51,7 +51,12 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
     written_before=st.integers(0, ROWS),
 )
 def test_outbox_invariant_under_random_faults(
-    plane: PlaneHandle, schedule: list[Any], poison: set[int], compat: bool, unentitled: bool, written_before: int
+    plane: PlaneHandle,
+    schedule: list[Any],
+    poison: set[int],
+    compat: bool,
+    unentitled: bool,
+    written_before: int,
 ) -> None:
     """Once faults stop: good rows on the plane exactly once and synced, poison quarantined with the
     plane's reason, every row still in the local store."""
@@ -78,7 +83,9 @@ def test_outbox_invariant_under_random_faults(
     try:
         for n in range(written_before):
             store.put(row(n))
-        conn = connect(store, plane.url, key, http=http, backoff=fast_backoff(), limits=NO_LOCAL_CAPS)
+        conn = connect(
+            store, plane.url, key, http=http, backoff=fast_backoff(), limits=NO_LOCAL_CAPS
+        )
         for n in range(written_before, ROWS):
             store.put(row(n))  # written while the drain meets the faults
         if unentitled:
@@ -89,10 +96,13 @@ def test_outbox_invariant_under_random_faults(
 
         good = [f"c-{n}" for n in range(ROWS) if n not in poison]
         on_plane = plane.ids_on_plane("t-faults", key)
-        assert sorted(on_plane) == sorted(good) and len(on_plane) == len(set(on_plane))
+        assert sorted(on_plane) == sorted(good)
+        assert len(on_plane) == len(set(on_plane))
         entries = {e.checkpoint_id: e for e in store.outbox()}
         assert len(entries) == ROWS, "a row was lost locally"
-        assert [c.checkpoint_id for c in store.history("t-faults")] == [f"c-{n}" for n in range(ROWS)]
+        assert [c.checkpoint_id for c in store.history("t-faults")] == [
+            f"c-{n}" for n in range(ROWS)
+        ]
         for n in range(ROWS):
             entry = entries[f"c-{n}"]
             if n not in poison:
@@ -104,7 +114,10 @@ def test_outbox_invariant_under_random_faults(
                 assert reason.startswith("HTTP 422 from /checkpoints/ingest: "), reason
                 assert "step_type is 50 characters, over the 40-character limit" in reason
             else:
-                assert reason == "plane rejected: step_type is 50 characters, over the 40-character limit"
+                assert (
+                    reason
+                    == "plane rejected: step_type is 50 characters, over the 40-character limit"
+                )
     finally:
         if conn is not None:
             conn.close(timeout=1)

@@ -91,16 +91,23 @@ def test_item_has_fastaiagents_keys_in_order() -> None:
     assert list(item) == WIRE_KEYS
     assert list(item["metadata"]) == [*METADATA_KEYS, "durability"]
     assert item["metadata"]["durability"]["codec"] == CODEC_MARK
-    assert item["execution_id"] == "exec-1" and item["step_index"] == 3 and item["sequence"] == 41
+    assert item["execution_id"] == "exec-1"
+    assert item["step_index"] == 3
+    assert item["sequence"] == 41
     assert item["created_at"] == "2026-03-01T12:30:15.123456+00:00"
-    assert item["metadata"]["chain_name"] == "helper" and item["agent_id"] == "helper"
-    assert item["resource_type"] == "agent" and item["chain_id"] is None
+    assert item["metadata"]["chain_name"] == "helper"
+    assert item["agent_id"] == "helper"
+    assert item["resource_type"] == "agent"
+    assert item["chain_id"] is None
     orjson.dumps(item)  # plain JSON, no NaN
 
 
 def test_own_checkpoint_round_trips_losslessly() -> None:
     """Every field, every codec type, a custom status and a non-object payload come back exactly."""
-    for cp in (full_checkpoint(), full_checkpoint(status="paused-by-operator", state=[1, (2, 3)], namespace="")):
+    for cp in (
+        full_checkpoint(),
+        full_checkpoint(status="paused-by-operator", state=[1, (2, 3)], namespace=""),
+    ):
         item = orjson.loads(orjson.dumps(checkpoint_to_wire(cp)))  # as the plane stores it
         back = checkpoint_from_wire(item)
         assert_same(cp.state, back.state, "state")
@@ -139,7 +146,9 @@ def test_non_object_values_are_wrapped_and_named() -> None:
         ("supervisor:lead/worker:researcher", "turn:0", "supervisor"),
     ],
 )
-def test_resource_type_is_read_from_the_root_of_agent_path(path: str | None, node: str, expected: str) -> None:
+def test_resource_type_is_read_from_the_root_of_agent_path(
+    path: str | None, node: str, expected: str
+) -> None:
     """Every row of a swarm or supervisor run reports the run's topology, whatever its depth."""
     assert resource_type(path, node) == expected
 
@@ -150,7 +159,9 @@ def test_agent_id_is_the_registered_plane_id_else_the_name() -> None:
     assert to_wire(row, agent_ids={"helper": "uuid-1"}).item["agent_id"] == "uuid-1"
     assert to_wire(row, agent_ids={}).item["agent_id"] == "helper"
     chain = to_wire(_encoded(full_checkpoint(agent_path=None, node_id="fetch", runner="etl"))).item
-    assert chain["resource_type"] == "chain" and chain["chain_id"] == "etl" and chain["agent_id"] is None
+    assert chain["resource_type"] == "chain"
+    assert chain["chain_id"] == "etl"
+    assert chain["agent_id"] is None
 
 
 def test_foreign_item_maps_like_fastaiagents_restore() -> None:
@@ -164,14 +175,24 @@ def test_foreign_item_maps_like_fastaiagents_restore() -> None:
         "step_index": 1,
         "step_type": "llm_call",
         "status": "completed",
-        "state_snapshot": {"messages": [{"role": "user", "content": "hi"}], "$t": "not an envelope"},
-        "metadata": {"chain_name": "helper", "agent_path": "agent:helper", "iteration_counters": {"x": 1}},
+        "state_snapshot": {
+            "messages": [{"role": "user", "content": "hi"}],
+            "$t": "not an envelope",
+        },
+        "metadata": {
+            "chain_name": "helper",
+            "agent_path": "agent:helper",
+            "iteration_counters": {"x": 1},
+        },
         "created_at": "2026-12-02T13:54:46.965664+00:00",
     }
     cp = checkpoint_from_wire(item)
     assert not is_durability_item(item)
-    assert cp.runner == "helper" and cp.agent_id == "a9e0c0de-uuid" and cp.step == 1
-    assert cp.state == item["state_snapshot"] and cp.iteration_counters == {"x": 1}
+    assert cp.runner == "helper"
+    assert cp.agent_id == "a9e0c0de-uuid"
+    assert cp.step == 1
+    assert cp.state == item["state_snapshot"]
+    assert cp.iteration_counters == {"x": 1}
     assert cp.created_at == datetime(2026, 12, 2, 13, 54, 46, 965664, tzinfo=UTC)
     del item["metadata"]
     assert checkpoint_from_wire(item).runner == "a9e0c0de-uuid"
@@ -217,9 +238,11 @@ def test_stripped_run_end_keeps_the_outcome_only() -> None:
         state={"blob": "x" * 5000, "run_status": "failed", "run_error": "ValueError: boom"},
     )
     wire = to_wire(_encoded(end), stripped="HTTP 413 from /checkpoints/ingest: too big")
-    assert wire.item["checkpoint_id"] == "cp-1" and wire.item["step_type"] == "run_end"
+    assert wire.item["checkpoint_id"] == "cp-1"
+    assert wire.item["step_type"] == "run_end"
     assert wire.item["state_snapshot"] == {"run_status": "failed", "run_error": "ValueError: boom"}
-    assert wire.item["metadata"]["node_input"] == {} and len(wire.body) < 2000
+    assert wire.item["metadata"]["node_input"] == {}
+    assert len(wire.body) < 2000
     assert was_stripped(wire.item) == "HTTP 413 from /checkpoints/ingest: too big"
     assert was_stripped(checkpoint_to_wire(end)) is None
 
@@ -230,8 +253,13 @@ def test_local_caps_name_the_offence() -> None:
     big = to_wire(_encoded(full_checkpoint(state={"x": "y" * 200})))
     assert "over the plane's 100-byte cap" in (limits.violation(big) or "")
     long_step = to_wire(_encoded(full_checkpoint(state={}, step_type="s" * 41)))
-    assert limits.violation(long_step) == "step_type is 41 characters, over the plane's 40-character limit"
-    assert PlaneLimits.announced({"state_bytes": 5, "step_type_chars": "x"}) == PlaneLimits(state_bytes=5)
+    assert (
+        limits.violation(long_step)
+        == "step_type is 41 characters, over the plane's 40-character limit"
+    )
+    assert PlaneLimits.announced({"state_bytes": 5, "step_type_chars": "x"}) == PlaneLimits(
+        state_bytes=5
+    )
 
 
 def _encoded(cp: Checkpoint) -> EncodedCheckpoint:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, open_store, print_json, print_table, url_argument
+from durability.cli._common import (
+    friendly_errors,
+    json_option,
+    open_store,
+    print_json,
+    print_table,
+    url_argument,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -27,10 +34,15 @@ def status(url: str, as_json: bool) -> None:
 
     with friendly_errors(), open_store(url) as store:
         if not supports_outbox(store):
-            raise click.ClickException(f"{store!r} keeps no outbox: the {store.provider} store does not replicate")
+            raise click.ClickException(
+                f"{store!r} keeps no outbox: the {store.provider} store does not replicate"
+            )
         rows = outbox_status(store)
         now = store.clock()
-    ages = {r.project_id: (now - r.oldest_pending_at).total_seconds() if r.oldest_pending_at else None for r in rows}
+    ages = {
+        r.project_id: (now - r.oldest_pending_at).total_seconds() if r.oldest_pending_at else None
+        for r in rows
+    }
     if as_json:
         print_json(
             [

@@ -30,8 +30,16 @@ def plane() -> None:
 @plane.command("serve")
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True, help="Port to listen on.")
-@click.option("--compat", is_flag=True, help="Refuse whole batches with 413/422, as older planes do.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8700,
+    show_default=True,
+    help="Port to listen on.",
+)
+@click.option(
+    "--compat", is_flag=True, help="Refuse whole batches with 413/422, as older planes do."
+)
 def serve(db_url: str, host: str, port: int, compat: bool) -> None:
     """Serve the plane (ingest, latest, history, run health, the SDK's connect-time endpoints)."""
     import uvicorn
@@ -41,7 +49,10 @@ def serve(db_url: str, host: str, port: int, compat: bool) -> None:
 
     with friendly_errors():
         app = create_app(db_url, compat=compat)
-    click.echo(f"plane on http://{host}:{port} over {app.state.plane.storage!r}" + (" (compat mode)" if compat else ""))
+    click.echo(
+        f"plane on http://{host}:{port} over {app.state.plane.storage!r}"
+        + (" (compat mode)" if compat else "")
+    )
     uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
 
 
@@ -54,7 +65,9 @@ def keys() -> None:
 @db_option
 @click.option("--domain", required=True, help="The tenant's domain.")
 @click.option("--project", required=True, help="The project within the domain.")
-@click.option("--entitled", is_flag=True, help="Also grant the domain the connected_state_plane entitlement.")
+@click.option(
+    "--entitled", is_flag=True, help="Also grant the domain the connected_state_plane entitlement."
+)
 @json_option
 def create_key(db_url: str, domain: str, project: str, entitled: bool, as_json: bool) -> None:
     """Create a key and print it once (only its hash is stored; it cannot be shown again)."""
@@ -65,10 +78,21 @@ def create_key(db_url: str, domain: str, project: str, entitled: bool, as_json: 
         made = storage.create_key(domain, project, entitled=True if entitled else None)
         storage.close()
     if as_json:
-        print_json({"api_key": made.api_key, "key_id": made.key_id, "domain": domain, "project": project, "entitled": entitled})
+        print_json(
+            {
+                "api_key": made.api_key,
+                "key_id": made.key_id,
+                "domain": domain,
+                "project": project,
+                "entitled": entitled,
+            }
+        )
         return
     click.echo(made.api_key)
-    click.echo(f"key {made.key_id} for domain {domain!r}, project {project!r}; store it now, it is not shown again", err=True)
+    click.echo(
+        f"key {made.key_id} for domain {domain!r}, project {project!r}; store it now, it is not shown again",
+        err=True,
+    )
 
 
 @plane.group("domains")
@@ -86,7 +110,9 @@ def _entitle(db_url: str, domain: str, entitled: bool, as_json: bool) -> None:
     if as_json:
         print_json({"domain": domain, "connected_state_plane": entitled})
     else:
-        click.echo(f"domain {domain!r}: connected_state_plane {'granted' if entitled else 'revoked'}")
+        click.echo(
+            f"domain {domain!r}: connected_state_plane {'granted' if entitled else 'revoked'}"
+        )
 
 
 @domains.command("entitle")

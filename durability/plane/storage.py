@@ -340,7 +340,9 @@ class PlaneStorage:
             if fresh:
                 # Keys absent at the SELECT above; a concurrent plane inserting the same id
                 # meanwhile is absorbed by ON CONFLICT (and counted here, which is harmless).
-                conn.execute(self._insert(checkpoints).on_conflict_do_nothing(index_elements=["ckey"]), fresh)
+                conn.execute(
+                    self._insert(checkpoints).on_conflict_do_nothing(index_elements=["ckey"]), fresh
+                )
                 stored = len(fresh)
         return stored, conflicts
 
