@@ -48,14 +48,7 @@ def build_demo(store: Store, clock: FrozenClock, *, runs: int = 12, seed: int = 
             )
         if n % 6 == 5 and store.capabilities.can_park:
             store.park(
-                Checkpoint(
-                    thread_id=thread_id,
-                    run_id=run_id,
-                    runner="demo-chain",
-                    node_id="approve",
-                    step=len(steps),
-                    state=state,
-                ),
+                Checkpoint(thread_id=thread_id, run_id=run_id, runner="demo-chain", node_id="approve", step=len(steps), state=state),
                 deadline=clock() + timedelta(days=3),
                 reason="needs a human approval",
                 context={"draft": f"topic {n}"},
@@ -67,14 +60,8 @@ def build_demo(store: Store, clock: FrozenClock, *, runs: int = 12, seed: int = 
             end_state["run_error"] = "TimeoutError: the review service did not answer"
         store.put(
             Checkpoint(
-                thread_id=thread_id,
-                run_id=run_id,
-                runner="demo-chain",
-                node_id="run_end",
-                step=len(steps),
-                step_type=STEP_RUN_END,
-                status=status,
-                state=end_state,
+                thread_id=thread_id, run_id=run_id, runner="demo-chain", node_id="run_end",
+                step=len(steps), step_type=STEP_RUN_END, status=status, state=end_state,
             )
         )
         store.mark_finished(thread_id)
@@ -82,9 +69,7 @@ def build_demo(store: Store, clock: FrozenClock, *, runs: int = 12, seed: int = 
         thread_id = f"conversation-{n}"
         for turn in range(4):
             clock.set(DEMO_START + timedelta(days=turn * (n + 1), hours=n))
-            store.record_run_start(
-                thread_id, run_id=f"{thread_id}/turn-{turn}", owner="conversations"
-            )
+            store.record_run_start(thread_id, run_id=f"{thread_id}/turn-{turn}", owner="conversations")
             store.put(
                 Checkpoint(
                     thread_id=thread_id,
@@ -94,10 +79,6 @@ def build_demo(store: Store, clock: FrozenClock, *, runs: int = 12, seed: int = 
                     node_id=f"turn:{turn}",
                     step=turn,
                     step_type="llm_call",
-                    state={
-                        "messages": [
-                            {"role": "user", "content": f"question {t}"} for t in range(turn + 1)
-                        ]
-                    },
+                    state={"messages": [{"role": "user", "content": f"question {t}"} for t in range(turn + 1)]},
                 )
             )

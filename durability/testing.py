@@ -74,9 +74,7 @@ def check(fn: Check) -> Check:
     return fn
 
 
-def raises(
-    kind: type[BaseException], fn: Callable[[], object], *, contains: str = ""
-) -> BaseException:
+def raises(kind: type[BaseException], fn: Callable[[], object], *, contains: str = "") -> BaseException:
     """Assert ``fn()`` raises ``kind`` whose message contains ``contains``; return it."""
     try:
         fn()
@@ -112,9 +110,7 @@ def rich_state() -> dict[str, Any]:
     return {
         "naive": datetime(2026, 3, 1, 12, 30, 15, 123456),
         "utc": datetime(2026, 3, 1, 12, tzinfo=UTC),
-        "named_offset": datetime(
-            2026, 3, 1, 12, tzinfo=dt.timezone(timedelta(hours=5, minutes=30), "IST")
-        ),
+        "named_offset": datetime(2026, 3, 1, 12, tzinfo=dt.timezone(timedelta(hours=5, minutes=30), "IST")),
         "zoned_fold": datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=paris),
         "date": dt.date(2026, 2, 28),
         "time": dt.time(23, 59, 59, 999999, tzinfo=paris),
@@ -129,12 +125,7 @@ def rich_state() -> dict[str, Any]:
         "int_keys": {1: "one", (2, 3): "pair", None: "none"},
         "bytes": [b"\x00\xff binary", b""],
         "enum": Colour.BLUE,
-        "dataclass": Order(
-            uuid.UUID(int=7),
-            datetime(2026, 1, 1, tzinfo=UTC),
-            decimal.Decimal("9.99"),
-            frozenset({"x"}),
-        ),
+        "dataclass": Order(uuid.UUID(int=7), datetime(2026, 1, 1, tzinfo=UTC), decimal.Decimal("9.99"), frozenset({"x"})),
         "big": 2**100,
         "negative_big": -(2**80),
         "nul": "before\x00after",
@@ -153,9 +144,7 @@ def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
         assert type(actual).__name__ == "CheckpointedException", f"{path}: {type(actual).__name__}"
         assert str(expected) in str(actual), f"{path}: {actual!r}"
         return
-    assert type(actual) is type(expected), (
-        f"{path}: {type(actual).__name__} != {type(expected).__name__}"
-    )
+    assert type(actual) is type(expected), f"{path}: {type(actual).__name__} != {type(expected).__name__}"
     if isinstance(expected, dict):
         assert set(actual) == set(expected), f"{path}: keys differ"
         for key in expected:
@@ -165,9 +154,7 @@ def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             assert_same(e, a, f"{path}[{i}]")
     elif isinstance(expected, datetime | dt.time):
-        assert actual == expected and actual.fold == expected.fold, (
-            f"{path}: {actual!r} != {expected!r}"
-        )
+        assert actual == expected and actual.fold == expected.fold, f"{path}: {actual!r} != {expected!r}"
         assert type(actual.tzinfo) is type(expected.tzinfo), f"{path}: tzinfo type"
         if expected.tzinfo is not None:
             assert actual.tzinfo is not None
@@ -190,9 +177,7 @@ def _cp(thread_id: str, n: int = 0, **fields: Any) -> Checkpoint:
 def check_put_returns_stored_copy(target: StoreTarget) -> None:
     """put fills id, created_at, seq and size_bytes, and get returns the same checkpoint."""
     with target.open() as store:
-        stored = store.put(
-            _cp("t-basic", 1, run_id="r1", runner="chain", agent_path="agent:helper")
-        )
+        stored = store.put(_cp("t-basic", 1, run_id="r1", runner="chain", agent_path="agent:helper"))
         assert stored.checkpoint_id and stored.seq is not None and stored.size_bytes
         assert stored.created_at is not None and stored.created_at.tzinfo is not None
         assert store.get("t-basic", stored.checkpoint_id) == stored
@@ -207,14 +192,7 @@ def check_every_codec_type_round_trips(target: StoreTarget) -> None:
     """Every value the codec keeps comes back equal and of the same type."""
     with target.open() as store:
         state = rich_state()
-        store.put(
-            Checkpoint(
-                thread_id="t-rich",
-                state=state,
-                node_input={"when": state["utc"]},
-                metadata={"k": state["decimal"]},
-            )
-        )
+        store.put(Checkpoint(thread_id="t-rich", state=state, node_input={"when": state["utc"]}, metadata={"k": state["decimal"]}))
         got = store.latest("t-rich")
         assert got is not None
         assert_same(state, got.state, "state")
@@ -227,10 +205,7 @@ def check_refused_value_leaves_store_unchanged(target: StoreTarget) -> None:
     """A value the codec refuses fails the put naming its path, and nothing is written."""
     with target.open() as store:
         store.put(_cp("t-refuse", 0))
-        bad = [
-            _cp("t-refuse", 1),
-            Checkpoint(thread_id="t-refuse", state={"items": [1, {"x": float("nan")}]}),
-        ]
+        bad = [_cp("t-refuse", 1), Checkpoint(thread_id="t-refuse", state={"items": [1, {"x": float("nan")}]})]
         err = raises(CodecError, lambda: store.put_many(bad), contains="state.items[1].x")
         assert isinstance(err, ValueError)
         assert [c.step for c in store.history("t-refuse")] == [0]
@@ -269,11 +244,7 @@ def check_threads_and_namespaces_are_isolated(target: StoreTarget) -> None:
         # The same checkpoint id may be reused in another thread or namespace.
         store.put(_cp("iso-b", 4, checkpoint_id=a.checkpoint_id))
         store.put(_cp("iso-a", 5, checkpoint_id=a.checkpoint_id, namespace="child:2"))
-        raises(
-            CheckpointConflict,
-            lambda: store.put(_cp("iso-a", 6, checkpoint_id=a.checkpoint_id)),
-            contains="already",
-        )
+        raises(CheckpointConflict, lambda: store.put(_cp("iso-a", 6, checkpoint_id=a.checkpoint_id)), contains="already")
         assert store.get("iso-a", a.checkpoint_id).step == 1
 
 
@@ -306,32 +277,17 @@ def check_hostile_ids(target: StoreTarget) -> None:
     """Ids with unicode, / ? % ' ; and 10 KB round-trip; a NUL in an id is refused clearly."""
     with target.open() as store:
         for i, hostile in enumerate(HOSTILE_IDS):
-            stored = store.put(
-                Checkpoint(
-                    thread_id=hostile,
-                    checkpoint_id=hostile,
-                    namespace=hostile,
-                    run_id=hostile,
-                    state={"i": i},
-                )
-            )
+            stored = store.put(Checkpoint(thread_id=hostile, checkpoint_id=hostile, namespace=hostile, run_id=hostile, state={"i": i}))
             assert store.get(hostile, hostile, hostile) == stored
             assert store.has_thread(hostile)
         known = {r.thread_id for r in store.iter_threads()}
         assert set(HOSTILE_IDS) <= known
-        err = raises(
-            InvalidIdError, lambda: store.put(Checkpoint(thread_id="nul\x00id")), contains="NUL"
-        )
+        err = raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="nul\x00id")), contains="NUL")
         assert isinstance(err, ValueError)
         raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="")), contains="empty")
         assert not store.has_thread("nul-free")
-        with_nul = store.put(
-            Checkpoint(thread_id="nul-in-state", state={"text": "a\x00b", "key\x00": 1})
-        )
-        assert store.get("nul-in-state", with_nul.checkpoint_id).state == {
-            "text": "a\x00b",
-            "key\x00": 1,
-        }
+        with_nul = store.put(Checkpoint(thread_id="nul-in-state", state={"text": "a\x00b", "key\x00": 1}))
+        assert store.get("nul-in-state", with_nul.checkpoint_id).state == {"text": "a\x00b", "key\x00": 1}
 
 
 @check
@@ -440,31 +396,12 @@ def check_pending_writes_rules(target: StoreTarget) -> None:
         cp = store.put(_cp("t-writes"))
 
         def w(task: str, idx: int, value: Any, channel: str = "messages") -> PendingWrite:
-            return PendingWrite(
-                thread_id="t-writes",
-                checkpoint_id=cp.checkpoint_id,
-                task_id=task,
-                idx=idx,
-                channel=channel,
-                value=value,
-            )
+            return PendingWrite(thread_id="t-writes", checkpoint_id=cp.checkpoint_id, task_id=task, idx=idx, channel=channel, value=value)
 
-        store.put_writes(
-            [
-                w("task-1", 0, "first"),
-                w("task-1", 1, {"when": START}),
-                w("task-2", -3, "interrupt-1", "__interrupt__"),
-            ]
-        )
-        store.put_writes(
-            [w("task-1", 0, "second"), w("task-2", -3, "interrupt-2", "__interrupt__")]
-        )
+        store.put_writes([w("task-1", 0, "first"), w("task-1", 1, {"when": START}), w("task-2", -3, "interrupt-1", "__interrupt__")])
+        store.put_writes([w("task-1", 0, "second"), w("task-2", -3, "interrupt-2", "__interrupt__")])
         got = {(x.task_id, x.idx): x.value for x in store.writes("t-writes", cp.checkpoint_id)}
-        assert got == {
-            ("task-1", 0): "first",
-            ("task-1", 1): {"when": START},
-            ("task-2", -3): "interrupt-2",
-        }
+        assert got == {("task-1", 0): "first", ("task-1", 1): {"when": START}, ("task-2", -3): "interrupt-2"}
         assert store.writes("t-writes", "other") == []
         assert store.writes("t-writes", cp.checkpoint_id, "child") == []
 
@@ -474,18 +411,7 @@ def check_delete_thread_removes_everything(target: StoreTarget) -> None:
     """delete_thread removes checkpoints, writes and ledger records of that thread only."""
     with target.open() as store:
         cps = [store.put(_cp("t-del", n, namespace=ns)) for n, ns in enumerate(["", "", "sub"])]
-        store.put_writes(
-            [
-                PendingWrite(
-                    thread_id="t-del",
-                    checkpoint_id=cps[0].checkpoint_id,
-                    task_id="t",
-                    idx=0,
-                    channel="c",
-                    value=1,
-                )
-            ]
-        )
+        store.put_writes([PendingWrite(thread_id="t-del", checkpoint_id=cps[0].checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
         store.record_run_start("t-del", run_id="r", owner="test")
         store.put(_cp("t-keep"))
         deleted = store.delete_thread("t-del")
@@ -503,15 +429,8 @@ def check_ledger_marks(target: StoreTarget) -> None:
     settings = Settings(waiting_retention=timedelta(days=30), finished_retention=timedelta(days=7))
     with target.open(clock=clock, settings=settings) as store:
         declared = declare_retention(settings, waiting="10d", finished="2d")
-        record = store.record_run_start(
-            "t-ledger", run_id="run-1", owner="flow:f1", retention=declared
-        )
-        assert (record.owner, record.run_id, record.declared_waiting, record.declared_finished) == (
-            "flow:f1",
-            "run-1",
-            timedelta(days=10),
-            timedelta(days=2),
-        )
+        record = store.record_run_start("t-ledger", run_id="run-1", owner="flow:f1", retention=declared)
+        assert (record.owner, record.run_id, record.declared_waiting, record.declared_finished) == ("flow:f1", "run-1", timedelta(days=10), timedelta(days=2))
         assert record.started_at == START and not record.finished
         marked = store.mark_finished("t-ledger")
         assert marked.finished_at == START and marked.due_at == START + timedelta(days=2)
@@ -520,12 +439,7 @@ def check_ledger_marks(target: StoreTarget) -> None:
         assert unmarked is not None and not unmarked.finished and unmarked.due_at is None
         # A later run replaces the declared retention; an undeclared finished value is the
         # platform's capped at the thread's waiting one.
-        store.record_run_start(
-            "t-ledger",
-            run_id="run-2",
-            owner="flow:f1",
-            retention=declare_retention(settings, waiting="3d"),
-        )
+        store.record_run_start("t-ledger", run_id="run-2", owner="flow:f1", retention=declare_retention(settings, waiting="3d"))
         clock.advance(timedelta(hours=1))
         again = store.mark_finished("t-ledger")
         assert again.due_at == START + timedelta(hours=1) + timedelta(days=3)
@@ -533,9 +447,7 @@ def check_ledger_marks(target: StoreTarget) -> None:
         store.record_run_start("t-plain", run_id="r", owner="agent")
         plain = store.mark_finished("t-plain")
         assert plain.due_at == clock() + timedelta(days=7)
-    with target.open(
-        clock=clock, settings=settings.update(finished_retention=timedelta(days=1))
-    ) as later:
+    with target.open(clock=clock, settings=settings.update(finished_retention=timedelta(days=1))) as later:
         kept = later.thread("t-plain")
         assert kept is not None and kept.due_at == plain.due_at
         later.record_run_start("t-plain-2", run_id="r", owner="agent")
@@ -549,11 +461,7 @@ def check_leases(target: StoreTarget) -> None:
     with target.open(clock=clock) as store:
         lease = store.acquire_lease("t-lease", "worker-a", timedelta(minutes=1), run_id="run-1")
         assert lease.holder == "worker-a" and lease.expires_at == START + timedelta(minutes=1)
-        raises(
-            LeaseHeld,
-            lambda: store.acquire_lease("t-lease", "worker-b", timedelta(minutes=1)),
-            contains="worker-a",
-        )
+        raises(LeaseHeld, lambda: store.acquire_lease("t-lease", "worker-b", timedelta(minutes=1)), contains="worker-a")
         clock.advance(timedelta(seconds=30))
         renewed = store.renew_lease("t-lease", "worker-a", timedelta(minutes=1))
         assert renewed.expires_at == clock() + timedelta(minutes=1)
@@ -562,11 +470,7 @@ def check_leases(target: StoreTarget) -> None:
         clock.advance(timedelta(minutes=2))
         taken = store.acquire_lease("t-lease", "worker-b", timedelta(minutes=1))
         assert taken.holder == "worker-b"
-        raises(
-            LeaseLost,
-            lambda: store.renew_lease("t-lease", "worker-a", timedelta(minutes=1)),
-            contains="worker-b",
-        )
+        raises(LeaseLost, lambda: store.renew_lease("t-lease", "worker-a", timedelta(minutes=1)), contains="worker-b")
         store.release_lease("t-lease", "worker-a")  # not theirs: a no-op
         still = store.thread("t-lease")
         assert still is not None and still.lease is not None and still.lease.holder == "worker-b"
@@ -584,46 +488,20 @@ def check_park_rules(target: StoreTarget) -> None:
     with target.open(clock=clock, settings=settings) as store:
         ask = Checkpoint(thread_id="t-park", node_id="approve", run_id="run-1", state={"draft": 1})
         if not store.capabilities.can_park:
-            raises(
-                ParkRefused,
-                lambda: store.park(ask, deadline=START + timedelta(days=1)),
-                contains="cannot hold a parked run",
-            )
+            raises(ParkRefused, lambda: store.park(ask, deadline=START + timedelta(days=1)), contains="cannot hold a parked run")
             assert not store.has_thread("t-park") and store.parks() == []
             return
         raises(ParkRefused, lambda: store.park(ask, deadline=None), contains="no deadline")
-        raises(
-            ParkRefused,
-            lambda: store.park(ask, deadline=START + timedelta(days=31)),
-            contains="past",
-        )
-        store.record_run_start(
-            "t-park-declared",
-            run_id="r",
-            owner="o",
-            retention=declare_retention(settings, waiting="1d"),
-        )
+        raises(ParkRefused, lambda: store.park(ask, deadline=START + timedelta(days=31)), contains="past")
+        store.record_run_start("t-park-declared", run_id="r", owner="o", retention=declare_retention(settings, waiting="1d"))
         short = ask.evolve(thread_id="t-park-declared")
-        raises(
-            ParkRefused,
-            lambda: store.park(short, deadline=START + timedelta(days=2)),
-            contains="1d",
-        )
+        raises(ParkRefused, lambda: store.park(short, deadline=START + timedelta(days=2)), contains="1d")
         assert not store.has_thread("t-park") and not store.has_thread("t-park-declared")
-        cp, park = store.park(
-            ask,
-            deadline=START + timedelta(days=3),
-            reason="needs approval",
-            context={"amount": decimal.Decimal("12.50")},
-        )
+        cp, park = store.park(ask, deadline=START + timedelta(days=3), reason="needs approval", context={"amount": decimal.Decimal("12.50")})
         assert cp.status == "interrupted" and cp.interrupt_reason == "needs approval"
         assert park.checkpoint_id == cp.checkpoint_id and park.deadline == START + timedelta(days=3)
         assert store.get_park("t-park") == park and store.parks() == [park]
-        raises(
-            ParkRefused,
-            lambda: store.park(ask.evolve(checkpoint_id=""), deadline=START + timedelta(days=1)),
-            contains="already has a pending park",
-        )
+        raises(ParkRefused, lambda: store.park(ask.evolve(checkpoint_id=""), deadline=START + timedelta(days=1)), contains="already has a pending park")
         assert len(store.history("t-park")) == 1
         assert store.claim_park("t-park") == park
         assert store.claim_park("t-park") is None and store.get_park("t-park") is None
@@ -654,9 +532,7 @@ def check_park_claim_has_one_winner(target: StoreTarget) -> None:
     assert sum(r is not None for r in results) == 1, results
 
 
-def _claim_in_process(
-    url: str, options: dict[str, Any], thread_id: str, start: Any, out: Any
-) -> None:
+def _claim_in_process(url: str, options: dict[str, Any], thread_id: str, start: Any, out: Any) -> None:
     options = {k: v for k, v in options.items() if k not in ("clock",)}
     with open_store(url, settings=Settings(), **options) as store:
         start.wait()
@@ -675,12 +551,7 @@ def check_park_claim_across_processes(target: StoreTarget) -> None:
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Event()
     out = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_claim_in_process, args=(target.url, target.options, "t-xrace", start, out)
-        )
-        for _ in range(3)
-    ]
+    procs = [ctx.Process(target=_claim_in_process, args=(target.url, target.options, "t-xrace", start, out)) for _ in range(3)]
     for p in procs:
         p.start()
     start.set()
@@ -703,9 +574,7 @@ def check_outbox(target: StoreTarget) -> None:
         rows = [store.put(_cp("t-out", n, project_id="p1" if n % 2 else "p2")) for n in range(6)]
         store.put(_cp("t-out-restored", 0), synced=True)
         pending = store.fetch_unsynced(limit=100)
-        assert [c.seq for c in pending] == [c.seq for c in rows], (
-            "oldest first, restored rows excluded"
-        )
+        assert [c.seq for c in pending] == [c.seq for c in rows], "oldest first, restored rows excluded"
         assert [c.step for c in store.fetch_unsynced(limit=100, project_id="p1")] == [1, 3, 5]
         assert len(store.fetch_unsynced(limit=2)) == 2
         one_row = rows[0].size_bytes or 0
@@ -719,10 +588,7 @@ def check_outbox(target: StoreTarget) -> None:
         store.mark_quarantined({keys[2]: "HTTP 413 from /checkpoints/ingest: too big"})
         entries = {e.seq: e for e in store.outbox()}
         assert entries[keys[0][1]].state == "synced" and entries[keys[0][1]].attempts == 1
-        assert (
-            entries[keys[0][1]].last_error == "HTTP 503"
-            and entries[keys[0][1]].synced_at == clock()
-        )
+        assert entries[keys[0][1]].last_error == "HTTP 503" and entries[keys[0][1]].synced_at == clock()
         assert entries[keys[2][1]].state == "quarantined" and entries[keys[2][1]].quarantined
         assert entries[keys[2][1]].sync_error == "HTTP 413 from /checkpoints/ingest: too big"
         assert [e.seq for e in store.outbox(state="quarantined")] == [keys[2][1]]
@@ -747,11 +613,7 @@ def check_format_generation(target: StoreTarget) -> None:
         store.put(_cp("t-gen"))
         store._write_generation(99)
     with target.open() as other:
-        raises(
-            CheckpointStoreFormatError,
-            lambda: other.latest("t-gen"),
-            contains="durability store reset",
-        )
+        raises(CheckpointStoreFormatError, lambda: other.latest("t-gen"), contains="durability store reset")
         other.reset()
         assert other.latest("t-gen") is None
         other.put(_cp("t-gen"))

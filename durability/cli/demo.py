@@ -45,20 +45,7 @@ def demo(out: Path, as_json: bool) -> None:
     click.echo(f"demo store: {url}")
     print_table(
         ["thread", "checkpoints", "bytes", "newest", "owner", "finished", "due"],
-        [
-            (
-                r.thread_id,
-                r.checkpoints,
-                r.size_bytes,
-                r.newest_at,
-                r.owner,
-                r.finished_at,
-                r.due_at,
-            )
-            for r in records
-        ],
+        [(r.thread_id, r.checkpoints, r.size_bytes, r.newest_at, r.owner, r.finished_at, r.due_at) for r in records],
     )
-    click.echo(
-        f"\n{len(records)} threads, {sum(r.checkpoints for r in records)} checkpoints, {len(parks)} parked runs"
-    )
+    click.echo(f"\n{len(records)} threads, {sum(r.checkpoints for r in records)} checkpoints, {len(parks)} parked runs")
     click.echo(f"explore it: durability threads show {url} run-000")
