@@ -13,10 +13,11 @@ not replicate, which is never an error for its callers (seed 000 "Custom checkpo
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -52,6 +53,11 @@ MAX_ID_LENGTH = 65_536
 
 #: An outbox row's identity: the thread and the checkpoint's ``seq``.
 RowKey = tuple[str, int]
+
+#: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
+WriteListener = Callable[["Store"], None]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +288,7 @@ class Store(ABC):
         self.clock: Clock = clock if clock is not None else system_clock
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._write_listeners: list[WriteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -358,6 +365,8 @@ class Store(ABC):
         if not rows:
             return []
         seqs = self._insert(rows, synced=synced)
+        if not synced:
+            self._notify_write()
         return [self._stored(cp_row, seq) for cp_row, seq in zip(rows, seqs, strict=True)]
 
     def _prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
@@ -715,6 +724,8 @@ class Store(ABC):
             deadline_source=source,
         )
         seq = self._insert_park(row, park, synced=synced)
+        if not synced:
+            self._notify_write()
         return self._stored(row, seq), park
 
     def _check_can_park(self, thread_id: str) -> None:
@@ -747,6 +758,31 @@ class Store(ABC):
         self.ready()
         return sorted(self._parks(), key=lambda p: p.deadline)
 
+    # ------------------------------------------------------------------ write listeners
+
+    def add_write_listener(self, listener: WriteListener) -> None:
+        """Call ``listener(store)`` after every committed write of unreplicated rows.
+
+        ``put``, ``put_many`` and ``park`` call it after their commit (not for ``synced=True``
+        writes, which have nothing to send). It runs on the writer's thread, so it must be quick
+        and must not block: the replication drain uses it to set an event. An exception it
+        raises is logged and never reaches the writer.
+        """
+        if listener not in self._write_listeners:
+            self._write_listeners.append(listener)
+
+    def remove_write_listener(self, listener: WriteListener) -> None:
+        """Stop calling ``listener`` (a no-op if it was not added)."""
+        if listener in self._write_listeners:
+            self._write_listeners.remove(listener)
+
+    def _notify_write(self) -> None:
+        for listener in tuple(self._write_listeners):
+            try:
+                listener(self)
+            except Exception:  # a listener must never fail the write that already committed
+                logger.exception("a write listener of %r failed", self)
+
     # ------------------------------------------------------------------ outbox (optional)
 
     def fetch_unsynced(
@@ -757,8 +793,23 @@ class Store(ABC):
         ``max_bytes`` caps the batch by ``size_bytes`` (the first row always fits);
         ``project_id`` limits it to one project.
         """
+        return [
+            row.decode()
+            for row in self.fetch_unsynced_encoded(
+                limit=limit, max_bytes=max_bytes, project_id=project_id
+            )
+        ]
+
+    def fetch_unsynced_encoded(
+        self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
+    ) -> list[EncodedCheckpoint]:
+        """:meth:`fetch_unsynced` without decoding: the rows as stored (payloads as codec text).
+
+        The replication drain sends these texts as they are, so a row is never decoded (and a
+        class in its state never needs to be importable) on its way to the plane.
+        """
         self.ready()
-        return [row.decode() for row in self._fetch_unsynced(limit, max_bytes, project_id)]
+        return self._fetch_unsynced(limit, max_bytes, project_id)
 
     def mark_synced(self, keys: Iterable[RowKey]) -> None:
         """Record that the plane has these rows (idempotent)."""
