@@ -35,9 +35,8 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from durability import codec  # noqa: E402 - after the path is set
+from durability import codec
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADING = "## Codec"
 TARGETS = {"rich": 2.0, "chat": 0.3}
 REPETITIONS = 3
@@ -119,7 +118,8 @@ def rich_state() -> dict[str, Any]:
 def chat_state() -> dict[str, Any]:
     """A JSON-only ~2 KB chat-like state: messages plus a context dict."""
     rng = random.Random(5)
-    words = "the refund was issued to the card ending in four two and will arrive soon".split()
+    words = ["the", "refund", "was", "issued", "to", "card", "ending", "in", "four", "two"]
+    words += ["and", "will", "arrive", "soon", "today"]
     messages = [
         {
             "role": ("user", "assistant")[i % 2],
@@ -154,25 +154,42 @@ def _timed(n: int, op: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def measure(kind: str, state: Any) -> dict[str, float]:
-    """Median dumps, loads and dumps+loads ops/s of one serializer on one state."""
-    dumps, loads = _runner(kind)
-    encoded = dumps(state)
-    if loads(encoded) != state:
-        raise SystemExit(f"{kind} does not round-trip the state")
+def measure(state: Any) -> dict[str, dict[str, float]]:
+    """Median dumps, loads and dumps+loads ops/s of both serializers on one state.
 
-    def both() -> None:
-        loads(dumps(state))
-
+    The repetitions alternate between the serializers so both see the same machine load.
+    """
+    ops: dict[str, dict[str, Callable[[], Any]]] = {}
+    sizes: dict[str, int] = {}
+    for kind in ("durability", "jsonplus"):
+        dumps, loads = _runner(kind)
+        encoded = dumps(state)
+        if loads(encoded) != state:
+            raise SystemExit(f"{kind} does not round-trip the state")
+        sizes[kind] = len(encoded.encode()) if isinstance(encoded, str) else len(encoded[1])
+        ops[kind] = {
+            "dumps": lambda dumps=dumps: dumps(state),
+            "loads": lambda loads=loads, encoded=encoded: loads(encoded),
+            "both": lambda dumps=dumps, loads=loads: loads(dumps(state)),
+        }
     probe = 200
-    n = max(probe, int(probe * RUN_SECONDS / _timed(probe, both)))
-    runs: dict[str, list[float]] = {"dumps": [], "loads": [], "both": []}
+    counts = {
+        kind: max(probe, int(probe * RUN_SECONDS / _timed(probe, kind_ops["both"])))
+        for kind, kind_ops in ops.items()
+    }
+    runs: dict[str, dict[str, list[float]]] = {kind: {op: [] for op in ops[kind]} for kind in ops}
     for _ in range(REPETITIONS):
-        runs["dumps"].append(n / _timed(n, lambda: dumps(state)))
-        runs["loads"].append(n / _timed(n, lambda: loads(encoded)))
-        runs["both"].append(n / _timed(n, both))
-    size = len(encoded.encode()) if isinstance(encoded, str) else len(encoded[1])
-    return {**{k: statistics.median(v) for k, v in runs.items()}, "bytes": size, "n": n}
+        for kind, kind_ops in ops.items():
+            for op, call in kind_ops.items():
+                runs[kind][op].append(counts[kind] / _timed(counts[kind], call))
+    return {
+        kind: {
+            **{op: statistics.median(values) for op, values in runs[kind].items()},
+            "bytes": sizes[kind],
+            "n": counts[kind],
+        }
+        for kind in ops
+    }
 
 
 def profile_summary(state: Any, iterations: int = 3000, top: int = 12) -> str:
@@ -195,8 +212,8 @@ def main() -> None:
     rows = []
     missed: list[str] = []
     for name, state in states.items():
-        ours = measure("durability", state)
-        theirs = measure("jsonplus", state)
+        results = measure(state)
+        ours, theirs = results["durability"], results["jsonplus"]
         ratio = ours["both"] / theirs["both"]
         met = ratio >= TARGETS[name]
         if not met:
@@ -229,7 +246,8 @@ def main() -> None:
         f"langgraph-checkpoint {version('langgraph-checkpoint')}; {platform.machine()}.",
         "",
         f"Medians of {REPETITIONS} runs of N iterations (N sized for about "
-        f"{RUN_SECONDS:.0f} s of dumps+loads) in one process. JsonPlusSerializer is "
+        f"{RUN_SECONDS:.0f} s of dumps+loads), the two serializers alternating in one "
+        "process. JsonPlusSerializer is "
         "`dumps_typed`/`loads_typed` with the state's classes in `allowed_msgpack_modules`. "
         "The rich state holds a datetime, a Decimal, 5 UUIDs, a set, bytes, a pydantic model "
         "and 6 dataclasses; the chat state is JSON only.",
@@ -254,19 +272,9 @@ def main() -> None:
 
 def write_section(section: str) -> None:
     """Replace (or append) only the ``## Codec`` section of RESULTS.md."""
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == HEADING), None)
-    if start is None:
-        updated = current.rstrip("\n") + "\n\n" + section
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-            len(lines),
-        )
-        tail = "".join(lines[end:])
-        updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    RESULTS.write_text(updated)
+    from _results import write_section as write
+
+    write(HEADING, section)
 
 
 if __name__ == "__main__":

@@ -14,39 +14,40 @@ names the tag. A user ``dict`` that holds the key ``"$t"`` is written as a ``map
 it comes back as the same ``dict``. Output is deterministic for the same value (dicts keep their
 order; sets are sorted when their items are orderable). ``dumps(None)`` is ``"null"``.
 
-======  ==============================  ==================================================
-tag     type                            fields
-======  ==============================  ==================================================
-dt      ``datetime``                    ``v`` ISO text (with its UTC offset when aware);
-                                        ``k`` IANA zone key; ``n`` fixed-offset name;
-                                        ``f`` 1 when ``fold`` is 1
-tm      ``time``                        as ``dt``
-d       ``date``                        ``v`` ISO text
-td      ``timedelta``                   ``v`` ``[days, seconds, microseconds]``
-tz      ``timezone`` (and pydantic's    ``o`` offset in microseconds; ``n`` its name when
-        parsed offset)                  it has an explicit one
-zi      ``zoneinfo.ZoneInfo``           ``k`` zone key
-dec     ``Decimal``                     ``v`` ``str()`` of it (NaN, ``-0``, exponent kept)
-uuid    ``UUID``                        ``v`` canonical text
-b       ``bytes``                       ``v`` base64
-int     ``int`` beyond 64 bits          ``v`` hexadecimal text (no digit limit)
-str     ``str`` with lone surrogates    ``v`` list of text pieces and surrogate code points
-tup     ``tuple``                       ``v`` items
-set     ``set``                         ``v`` items (sorted when orderable)
-fset    ``frozenset``                   ``v`` items (sorted when orderable)
-map     ``dict`` with a non-``str`` key ``v`` ``[[key, value], ...]`` in dict order
+======  ==================================  ==================================================
+tag     type                                fields
+======  ==================================  ==================================================
+dt      ``datetime``                        ``v`` ISO text (with its UTC offset when aware);
+                                            ``k`` IANA zone key; ``n`` fixed-offset name;
+                                            ``f`` 1 when ``fold`` is 1
+tm      ``time``                            as ``dt``
+d       ``date``                            ``v`` ISO text
+td      ``timedelta``                       ``v`` ``[days, seconds, microseconds]``
+tz      ``timezone`` (and pydantic's        ``o`` offset in microseconds; ``n`` its name when
+        parsed offset)                      it has an explicit one
+zi      ``zoneinfo.ZoneInfo``               ``k`` zone key
+dec     ``Decimal``                         ``v`` ``str()`` of it (NaN, ``-0``, exponent kept)
+uuid    ``UUID``                            ``v`` 32 hex digits
+b       ``bytes``                           ``v`` base64
+int     ``int`` beyond 64 bits              ``v`` hexadecimal text (no digit limit)
+str     ``str`` with lone surrogates        ``v`` list of text pieces and surrogate code points
+tup     ``tuple``                           ``v`` items
+set     ``set``                             ``v`` items (sorted when orderable)
+fset    ``frozenset``                       ``v`` items (sorted when orderable)
+map     ``dict`` with a non-``str`` key     ``v`` ``[[key, value], ...]`` in dict order
         or the ``"$t"`` key
-enum    ``Enum`` member                 ``c`` class path; ``v`` the member's value
-dc      dataclass                       ``c`` class path; ``f`` ``{field: value}``
-pyd     pydantic v2 model               ``c`` class path; ``f`` ``{field: value}`` (extras
-                                        included)
-exc     exception                       ``type`` class path (never imported);
-                                        ``message`` ``str()``; ``kwargs`` attributes;
-                                        ``repr_kwargs`` names stored as ``repr()``;
-                                        ``cause`` record of ``__cause__`` or ``null``
-lc      LangChain ``Serializable``      ``v`` LangChain's own ``dumpd()`` output
-lg      LangGraph type                  ``c`` name in ``langgraph.types``; ``f`` fields
-======  ==============================  ==================================================
+enum    ``Enum`` member                     ``c`` class path; ``v`` the member's value
+dc      dataclass                           ``c`` class path; ``f`` ``{field: value}``
+pyd     pydantic v2 model                   ``c`` class path; ``f`` ``{field: value}`` (extras
+                                            included)
+exc     exception                           ``type`` class path (never imported);
+                                            ``message`` ``str()``; ``kwargs`` attributes;
+                                            ``repr_kwargs`` names stored as ``repr()``
+                                            (cut at 10,000 characters);
+                                            ``cause`` record of ``__cause__`` or ``null``
+lc      LangChain ``Serializable``          ``v`` LangChain's own ``dumpd()`` output
+lg      LangGraph type                      ``c`` name in ``langgraph.types``; ``f`` fields
+======  ==================================  ==================================================
 
 A class path is ``module:qualname``. Values inside envelopes are encoded the same way, so
 envelopes nest. The LangGraph types kept are ``Send``, ``Interrupt``, ``Command``,
@@ -104,9 +105,12 @@ Performance
 ===========
 
 The walk dispatches on ``type(value)``, returns JSON-native subtrees as they are (no copy), and
-builds paths only while an error unwinds; orjson writes and parses the text. ``loads`` of text
-without ``"$t"`` is a bare ``orjson.loads``. A LangChain object costs a LangChain
-``dumpd`` plus a trial load at write (about 0.1 ms per message).
+builds paths only while an error unwinds; orjson writes and parses the text. A value holding a
+lone surrogate, an integer beyond 64 bits or a dict with a non-``str`` key is refused by orjson
+and walked a second time by a stricter walk that envelopes those (about twice the cost).
+``loads`` of text without ``"$t"`` is a bare ``orjson.loads``; otherwise it walks the parsed
+tree in place. A LangChain object costs LangChain's ``dumpd`` plus a trial load at write
+(about 0.1 ms per message). ``benchmarks/RESULTS.md`` has the figures.
 """
 
 from __future__ import annotations
@@ -122,7 +126,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from enum import Enum
-from functools import cache
 from math import isfinite
 from types import ModuleType
 from typing import Any, TypeVar
@@ -249,16 +252,28 @@ def dumps(value: Any, *, path: str = "value") -> str:
         try:
             return orjson.dumps(_FAST.encode(value)).decode()
         except orjson.JSONEncodeError:
-            # orjson refuses lone surrogates and integers beyond 64 bits; the strict walk
-            # envelopes them (it is slower, so only pays when such a value is present).
+            # orjson refuses lone surrogates, integers beyond 64 bits and non-str dict keys;
+            # the strict walk envelopes them (it is slower, so only such values pay for it).
             return orjson.dumps(_STRICT.encode(value)).decode()
     except _Refused as refused:
         where = path + "".join(reversed(refused.parts))
         raise CodecError(f"cannot encode {where}: {refused.reason}", path=where) from None
-    except (orjson.JSONEncodeError, RecursionError) as exc:
+    except RecursionError:
         raise CodecError(
-            f"cannot encode {path}: it is nested too deeply or refers to itself ({exc}); "
-            "flatten it (orjson keeps about 250 levels) and break any cycle",
+            f"cannot encode {path}: it refers to itself or is nested too deeply; break the "
+            "cycle or flatten it",
+            path=path,
+        ) from None
+    except orjson.JSONEncodeError as exc:
+        if "recursion" not in str(exc).lower():
+            raise CodecError(
+                f"cannot encode {path}: orjson refused the encoded value ({str(exc)[:100]}); "
+                "keep dict keys and names free of lone surrogates",
+                path=path,
+            ) from None
+        raise CodecError(
+            f"cannot encode {path}: it is nested too deeply for JSON (orjson keeps about 250 "
+            "levels, envelopes included); flatten it",
             path=path,
         ) from None
 
@@ -291,9 +306,8 @@ def loads(
             "it was damaged or not written by durability.codec, restore it from a copy",
             path=path,
         ) from None
-    marker: str | bytes = _MARK_BYTES if isinstance(text, bytes | bytearray) else _MARK_STR
-    if marker not in text:  # type: ignore[operator]  # str in str, bytes in bytes
-        return data
+    if (_MARK_STR if type(text) is str else _MARK_BYTES) not in text:  # type: ignore[operator]
+        return data  # no envelope anywhere: orjson's result is the value
     if isinstance(allowed_modules, str):
         allowed: tuple[str, ...] = (allowed_modules,)
     else:
@@ -458,7 +472,7 @@ def _enc_decimal(value: Decimal) -> dict[str, Any]:
 
 
 def _enc_uuid(value: UUID) -> dict[str, Any]:
-    return {_MARK: "uuid", "v": str(value)}
+    return {_MARK: "uuid", "v": value.hex}  # 3x faster than str(), and as exact
 
 
 def _enc_bytes(value: bytes) -> dict[str, Any]:
@@ -489,11 +503,17 @@ def _enc_str_strict(value: str) -> str | dict[str, Any]:
 
 def _unsupported(cls: type) -> str:
     name = _type_name(cls)
-    for base in (dict, list, tuple, set, frozenset, str, int, float, bytes, datetime, date):
+    for base in (dict, list, tuple, set, frozenset, str, int, float, bytes):
         if issubclass(cls, base):
             return (
                 f"{name} is a subclass of {base.__name__}, and only the exact type is "
                 f"stored; convert it with {base.__name__}(value)"
+            )
+    for clock in (datetime, date, time, timedelta, Decimal, UUID):
+        if issubclass(cls, clock):
+            return (
+                f"{name} is a subclass of {clock.__name__}, and only the exact type is "
+                f"stored; convert it to a plain {clock.__name__}"
             )
     if issubclass(cls, tzinfo):
         return (
@@ -515,9 +535,12 @@ def _unsupported(cls: type) -> str:
 class _Encoder:
     """A walk that turns a value into a JSON-native tree for orjson.
 
-    The fast walk passes ``str`` and ``int`` through untouched and lets orjson check them;
-    the strict walk envelopes lone surrogates and integers beyond 64 bits itself.
+    The fast walk passes ``str``, ``int`` and dict keys through untouched and lets orjson
+    check them; the strict walk envelopes lone surrogates, integers beyond 64 bits and dicts
+    with non-str keys itself.
     """
+
+    __slots__ = ("plain", "strict", "table")
 
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict
@@ -583,12 +606,20 @@ class _Encoder:
         key: Any = None
         try:
             for key, item in value.items():
-                if type(key) is not str or (strict and _has_surrogate(key)):
+                # Only the strict walk checks keys: orjson refuses a non-str key itself,
+                # which sends the value to the strict walk.
+                if strict and (type(key) is not str or _has_surrogate(key)):
                     break
                 cls = type(item)
                 if cls in plain or (cls is float and isfinite(item)):
                     continue
-                new = (table.get(cls) or self.resolve(cls))(item)
+                # Nested containers are the common case: call their walk directly.
+                if cls is dict:
+                    new = self.dict_(item)
+                elif cls is list:
+                    new = self.list_(item)
+                else:
+                    new = (table.get(cls) or self.resolve(cls))(item)
                 if new is not item:
                     if out is None:
                         out = value.copy()
@@ -619,7 +650,12 @@ class _Encoder:
                 cls = type(item)
                 if cls in plain or (cls is float and isfinite(item)):
                     continue
-                new = (table.get(cls) or self.resolve(cls))(item)
+                if cls is dict:
+                    new = self.dict_(item)
+                elif cls is list:
+                    new = self.list_(item)
+                else:
+                    new = (table.get(cls) or self.resolve(cls))(item)
                 if new is not item:
                     if out is None:
                         out = value.copy()
@@ -707,25 +743,29 @@ class _Encoder:
     def langchain_(self, value: Any) -> dict[str, Any]:
         from langchain_core.load import dumpd
 
-        name = _type_name(type(value))
+        cls = type(value)
+        who = _type_name(cls)
+        fix = "keep its fields to JSON-serializable values, or store a plain dict"
+        if not cls.__module__.startswith("langchain"):
+            base = next(b for b in cls.__mro__ if b.__module__.startswith("langchain"))
+            who += f" (a subclass of {_type_name(base)})"
+            fix = "use the LangChain class itself, or a plain dict"
         data = dumpd(value)
         try:
             revived = _langchain_load(data)
         except Exception as exc:
             raise _Refused(
-                f"{name} is a LangChain object its loader will not revive "
-                f"({type(exc).__name__}); store a LangChain core class (not a subclass) "
-                "with JSON-serializable fields, or a plain dict"
+                f"{who} is a LangChain object its loader will not revive "
+                f"({type(exc).__name__}); {fix}"
             ) from None
-        if type(revived) is not type(value):
+        if type(revived) is not cls:
             raise _Refused(
-                f"{name} would be read back by LangChain's loader as "
-                f"{_type_name(type(revived))}, so it is not stored; use the LangChain class "
-                "itself rather than a subclass, or a plain dict"
+                f"{who} would be read back by LangChain's loader as "
+                f"{_type_name(type(revived))}; use the LangChain class itself, or a plain dict"
             )
         if revived != value:
             raise _Refused(
-                f"{name} would not be read back by LangChain's loader as an equal value (a "
+                f"{who} would not be read back by LangChain's loader as an equal value (a "
                 "field it cannot serialize, or a secret); keep such fields out of it"
             )
         return {_MARK: "lc", "v": self.encode(data)}
@@ -841,13 +881,13 @@ def _decode(value: Any, allowed: tuple[str, ...]) -> Any:
 
 
 def _decode_dict(value: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    key = None
+    key = item = None
     try:
         for key, item in value.items():
             cls = type(item)
             if cls is dict:
-                if _MARK in item:
-                    value[key] = _envelope(item, allowed)
+                if _MARK in item:  # an envelope, decoded right here to save a call
+                    value[key] = _DECODERS[item[_MARK]](item, allowed)
                 else:
                     _decode_dict(item, allowed)
             elif cls is list:
@@ -855,17 +895,24 @@ def _decode_dict(value: dict[str, Any], allowed: tuple[str, ...]) -> dict[str, A
     except _Refused as refused:
         refused.parts.append(_key_part(key))
         raise
+    except RecursionError:
+        raise
+    except Exception as exc:  # the envelope ``item`` itself could not be read back
+        unreadable = _unreadable(item, exc)
+        unreadable.parts.append(_key_part(key))
+        raise unreadable from exc
     return value
 
 
 def _decode_list(value: list[Any], allowed: tuple[str, ...]) -> list[Any]:
     index = 0
+    item = None
     try:
         for index, item in enumerate(value):
             cls = type(item)
             if cls is dict:
                 if _MARK in item:
-                    value[index] = _envelope(item, allowed)
+                    value[index] = _DECODERS[item[_MARK]](item, allowed)
                 else:
                     _decode_dict(item, allowed)
             elif cls is list:
@@ -873,6 +920,12 @@ def _decode_list(value: list[Any], allowed: tuple[str, ...]) -> list[Any]:
     except _Refused as refused:
         refused.parts.append(f"[{index}]")
         raise
+    except RecursionError:
+        raise
+    except Exception as exc:
+        unreadable = _unreadable(item, exc)
+        unreadable.parts.append(f"[{index}]")
+        raise unreadable from exc
     return value
 
 
@@ -890,22 +943,26 @@ def _decode_fields(value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _envelope(value: dict[str, Any], allowed: tuple[str, ...]) -> Any:
-    tag = value[_MARK]
-    decoder = _DECODERS.get(tag) if type(tag) is str else None
-    if decoder is None:
-        raise _Refused(
-            f"the envelope tag {_short_repr(tag)} is unknown: the data was written by a newer "
-            "durability or not by durability.codec; upgrade durability on this host"
-        )
     try:
-        return decoder(value, allowed)
+        return _DECODERS[value[_MARK]](value, allowed)
     except (_Refused, RecursionError):
         raise
     except Exception as exc:
-        raise _Refused(
-            f"the {tag!r} envelope is damaged ({type(exc).__name__}: {str(exc)[:100]}); "
-            "restore the checkpoint from a copy"
-        ) from exc
+        raise _unreadable(value, exc) from exc
+
+
+def _unreadable(envelope: Any, exc: Exception) -> _Refused:
+    """The refusal for an envelope whose decoder failed (or that has no decoder)."""
+    tag = envelope.get(_MARK)
+    if type(tag) is not str or tag not in _DECODERS:
+        return _Refused(
+            f"the envelope tag {_short_repr(tag)} is unknown: the data was written by a newer "
+            "durability or not by durability.codec; upgrade durability on this host"
+        )
+    return _Refused(
+        f"the {tag!r} envelope is damaged ({type(exc).__name__}: {str(exc)[:100]}); "
+        "restore the checkpoint from a copy"
+    )
 
 
 def _text(value: Any) -> str:
@@ -940,15 +997,15 @@ def _with_zone(value: _Clock, envelope: dict[str, Any]) -> _Clock:
 
 
 def _dec_datetime(value: dict[str, Any], allowed: tuple[str, ...]) -> datetime:
-    return _with_zone(datetime.fromisoformat(_text(value["v"])), value)
+    return _with_zone(datetime.fromisoformat(value["v"]), value)
 
 
 def _dec_time(value: dict[str, Any], allowed: tuple[str, ...]) -> time:
-    return _with_zone(time.fromisoformat(_text(value["v"])), value)
+    return _with_zone(time.fromisoformat(value["v"]), value)
 
 
 def _dec_date(value: dict[str, Any], allowed: tuple[str, ...]) -> date:
-    return date.fromisoformat(_text(value["v"]))
+    return date.fromisoformat(value["v"])
 
 
 def _dec_timedelta(value: dict[str, Any], allowed: tuple[str, ...]) -> timedelta:
@@ -976,7 +1033,7 @@ def _dec_decimal(value: dict[str, Any], allowed: tuple[str, ...]) -> Decimal:
 
 
 def _dec_uuid(value: dict[str, Any], allowed: tuple[str, ...]) -> UUID:
-    return UUID(_text(value["v"]))
+    return UUID(value["v"])
 
 
 def _dec_bytes(value: dict[str, Any], allowed: tuple[str, ...]) -> bytes:
@@ -1029,16 +1086,26 @@ def _is_allowed(module: str, allowed: tuple[str, ...]) -> bool:
     )
 
 
-# (class path, kind) -> (module name, module, class). A hit is used only while the module is
+# class path -> (kind, module name, module, reader). A hit is used only while the module is
 # still the one in sys.modules, so the cache never lets through what resolving would refuse.
-_resolved: dict[tuple[str, str], tuple[str, ModuleType, Any]] = {}
+_readers: dict[str, tuple[str, str, ModuleType, Callable[[Any, tuple[str, ...]], Any]]] = {}
 
 
-def _resolve(path: Any, kind: str, allowed: tuple[str, ...]) -> Any:
+def _reader(
+    path: Any, kind: str, allowed: tuple[str, ...]
+) -> Callable[[Any, tuple[str, ...]], Any]:
+    """The function that rebuilds a value of the class ``path`` names from its stored form."""
+    hit = _readers.get(path)
+    if hit is not None and hit[0] == kind and sys.modules.get(hit[1]) is hit[2]:
+        return hit[3]
+    module_name, module, cls = _resolve(path, kind, allowed)
+    read = _READER_FACTORIES[kind](cls, path)
+    _readers[path] = (kind, module_name, module, read)
+    return read
+
+
+def _resolve(path: Any, kind: str, allowed: tuple[str, ...]) -> tuple[str, ModuleType, type]:
     """The class a stored class path names, importing its module only if it is allowed."""
-    hit = _resolved.get((_text(path), kind))
-    if hit is not None and sys.modules.get(hit[0]) is hit[1]:
-        return hit[2]
     module_name, sep, qualname = path.partition(":")
     if not sep or not module_name or not qualname:
         raise ValueError(f"the class path {_short_repr(path)} is not module:qualname")
@@ -1071,8 +1138,7 @@ def _resolve(path: Any, kind: str, allowed: tuple[str, ...]) -> Any:
         raise _Refused(
             f"the {kind} {path} cannot be resolved: {module_name}.{qualname} is not a {kind}"
         )
-    _resolved[(path, kind)] = (module_name, module, found)
-    return found
+    return module_name, module, found
 
 
 def _is_kind(found: Any, kind: str) -> bool:
@@ -1083,11 +1149,6 @@ def _is_kind(found: Any, kind: str) -> bool:
     if kind == "enum":
         return issubclass(found, Enum)
     return _is_pydantic_model(found)
-
-
-@cache
-def _dataclass_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    return {field.name: field for field in dataclasses.fields(cls)}
 
 
 def _unknown_field(path: str, name: str) -> _Refused:
@@ -1106,55 +1167,84 @@ def _missing_field(path: str, name: str) -> _Refused:
     )
 
 
-def _dec_dataclass(value: dict[str, Any], allowed: tuple[str, ...]) -> Any:
-    path = value["c"]
-    cls = _resolve(path, "dataclass", allowed)
-    known = _dataclass_fields(cls)
-    stored = _decode_fields(value["f"], allowed)
-    obj = cls.__new__(cls)
-    for name, item in stored.items():
-        if name not in known:
-            raise _unknown_field(path, name)
-        object.__setattr__(obj, name, item)
-    if len(stored) != len(known):
-        for name, field in known.items():
-            if name in stored:
-                continue
-            if field.default is not dataclasses.MISSING:
-                object.__setattr__(obj, name, field.default)
-            elif field.default_factory is not dataclasses.MISSING:
-                object.__setattr__(obj, name, field.default_factory())
-            else:
+def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
+    known = {field.name: field for field in dataclasses.fields(cls)}
+    new = cls.__new__
+    # object.__setattr__ works for frozen and slotted classes and runs no __init__.
+    set_field = object.__setattr__
+
+    def read(stored: Any, allowed: tuple[str, ...]) -> Any:
+        if type(stored) is not dict:
+            raise TypeError("the fields must be an object")
+        obj = new(cls)
+        for name, item in stored.items():
+            if name not in known:
+                raise _unknown_field(path, name)
+            if type(item) is dict or type(item) is list:
+                try:
+                    item = _decode(item, allowed)
+                except _Refused as refused:
+                    refused.parts.append("." + name)
+                    raise
+            set_field(obj, name, item)
+        if len(stored) != len(known):
+            for name, field in known.items():
+                if name in stored:
+                    continue
+                if field.default is not dataclasses.MISSING:
+                    set_field(obj, name, field.default)
+                elif field.default_factory is not dataclasses.MISSING:
+                    set_field(obj, name, field.default_factory())
+                else:
+                    raise _missing_field(path, name)
+        return obj
+
+    return read
+
+
+def _pydantic_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
+    known = frozenset(cls.model_fields)
+    required = tuple(name for name, field in cls.model_fields.items() if field.is_required())
+    keeps_extra = cls.model_config.get("extra") == "allow"
+
+    def read(stored: Any, allowed: tuple[str, ...]) -> Any:
+        stored = _decode_fields(stored, allowed)
+        if not keeps_extra:
+            for name in stored:
+                if name not in known:
+                    raise _unknown_field(path, name)
+        for name in required:
+            if name not in stored:
                 raise _missing_field(path, name)
-    return obj
+        return cls.model_construct(**stored)  # no validators run
+
+    return read
 
 
-@cache
-def _pydantic_fields(cls: Any) -> tuple[frozenset[str], tuple[str, ...], bool]:
-    """A model's field names, its required ones, and whether it keeps extra fields."""
-    fields = cls.model_fields
-    required = tuple(name for name, field in fields.items() if field.is_required())
-    return frozenset(fields), required, cls.model_config.get("extra") == "allow"
+def _enum_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
+    def read(stored: Any, allowed: tuple[str, ...]) -> Any:
+        return cls(_decode(stored, allowed))
+
+    return read
+
+
+_READER_FACTORIES: dict[str, Callable[[Any, str], Callable[[Any, tuple[str, ...]], Any]]] = {
+    "dataclass": _dataclass_reader,
+    "pydantic model": _pydantic_reader,
+    "enum": _enum_reader,
+}
+
+
+def _dec_dataclass(value: dict[str, Any], allowed: tuple[str, ...]) -> Any:
+    return _reader(value["c"], "dataclass", allowed)(value["f"], allowed)
 
 
 def _dec_pydantic(value: dict[str, Any], allowed: tuple[str, ...]) -> Any:
-    path = value["c"]
-    cls = _resolve(path, "pydantic model", allowed)
-    known, required, extra = _pydantic_fields(cls)
-    stored = _decode_fields(value["f"], allowed)
-    if not extra:
-        for name in stored:
-            if name not in known:
-                raise _unknown_field(path, name)
-    for name in required:
-        if name not in stored:
-            raise _missing_field(path, name)
-    return cls.model_construct(**stored)
+    return _reader(value["c"], "pydantic model", allowed)(value["f"], allowed)
 
 
-def _dec_enum(value: dict[str, Any], allowed: tuple[str, ...]) -> Enum:
-    cls = _resolve(value["c"], "enum", allowed)
-    return cls(_decode(value["v"], allowed))  # type: ignore[no-any-return]
+def _dec_enum(value: dict[str, Any], allowed: tuple[str, ...]) -> Any:
+    return _reader(value["c"], "enum", allowed)(value["v"], allowed)
 
 
 def _dec_exception(value: dict[str, Any], allowed: tuple[str, ...]) -> CheckpointedException:

@@ -19,14 +19,16 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
     │   ├── CheckpointDeleteError              a delete that stops making progress
     │   ├── CapabilityError                    the store lacks an optional capability
+    │   │   └── ReadOnlyStoreError             a write to a store opened read-only (a foreign one)
     │   ├── ParkRefused (ValueError)           a park the park rules refuse
     │   └── LeaseError
     │       ├── LeaseHeld                      another holder has a live lease
     │       └── LeaseLost                      the caller's lease expired or was taken
     ├── ReplicationError                       talking to the control plane
     ├── RestoreError
-    ├── RunError
-    │   └── RunNotResumable
+    ├── RunError                               the durable runner refused or failed an operation
+    │   └── RunNotResumable                    a completed run, or nothing to resume from
+    │       └── AlreadyResumed                 another worker resumed the run first
     └── SweepError
 """
 
@@ -91,6 +93,10 @@ class CapabilityError(StoreError):
     """The store lacks an optional capability the operation needs."""
 
 
+class ReadOnlyStoreError(CapabilityError):
+    """A write to a store durability opened read-only: a fastaiagent or LangGraph store it reads in place."""
+
+
 class ParkRefused(StoreError, ValueError):
     """A park the rules refuse: no deadline, past the waiting horizon, or a store that cannot hold one."""
 
@@ -129,6 +135,10 @@ class RunError(DurabilityError):
 
 class RunNotResumable(RunError):
     """The run cannot be resumed (it completed, or has nothing to resume from)."""
+
+
+class AlreadyResumed(RunNotResumable):
+    """Another worker resumed the run first: of competing resumers exactly one wins."""
 
 
 class SweepError(DurabilityError):

@@ -19,6 +19,7 @@ INTERRUPTED = "interrupted"
 FAILED = "failed"
 
 # Step types (fastaiagent's vocabulary plus LangGraph's).
+STEP_RUN_START = "run_start"  # the runner's first row of a run: its input state
 STEP_NODE = "node"
 STEP_HITL_PAUSE = "hitl_pause"
 STEP_FORK_ORIGIN = "fork_origin"
@@ -217,3 +218,17 @@ class OutboxEntry:
         if not self.synced:
             return "pending"
         return "quarantined" if self.sync_error is not None else "synced"
+
+
+@dataclass(frozen=True, slots=True)
+class TypedValue:
+    """A value kept as another serializer's typed bytes: ``(type, data)``, never decoded here.
+
+    The LangGraph saver stores channel values and pending writes this way when it is given a
+    LangGraph ``serde`` (an ``EncryptedSerializer``, say), so the bytes that serializer wrote
+    are stored and handed back to it unchanged. Foreign LangGraph stores use it for a value
+    LangGraph's serializer could not read at all.
+    """
+
+    type: str
+    data: bytes

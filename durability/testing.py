@@ -426,6 +426,59 @@ def check_delete_thread_removes_everything(target: StoreTarget) -> None:
 
 
 @check
+def check_newest_first_is_checkpoint_id_order(target: StoreTarget) -> None:
+    """newest_first orders by checkpoint_id (greatest first), not write order; before and limit apply."""
+    with target.open() as store:
+        for cid in ["b", "d", "a", "c"]:
+            store.put(_cp("t-ids", checkpoint_id=cid))
+        store.put(_cp("t-ids", checkpoint_id="z", namespace="child"))
+        assert [c.checkpoint_id for c in store.newest_first("t-ids", "")] == ["d", "c", "b", "a"]
+        assert [c.checkpoint_id for c in store.newest_first("t-ids")] == ["z", "d", "c", "b", "a"]
+        assert [c.checkpoint_id for c in store.newest_first("t-ids", "", before="c", limit=1)] == ["b"]
+        assert [c.checkpoint_id for c in store.newest_first("t-ids", "", limit=2)] == ["d", "c"]
+        assert store.newest_first("t-none") == []
+        keys = [("", "a"), ("", "d"), ("child", "z"), ("", "missing")]
+        store.put_writes([PendingWrite(thread_id="t-ids", checkpoint_id="d", task_id="t", idx=i, channel="c", value=i) for i in range(2)])
+        got = store.writes_of("t-ids", keys)
+        assert [w.value for w in got[("", "d")]] == [0, 1] and got[("", "a")] == [] and got[("", "missing")] == []
+
+
+@check
+def check_set_status(target: StoreTarget) -> None:
+    """set_status changes status and interrupt fields of one stored checkpoint, keeping size_bytes true."""
+    with target.open() as store:
+        cp = store.put(_cp("t-status"))
+        assert store.set_status("t-status", cp.checkpoint_id, status="interrupted", interrupt_reason="ask", interrupt_context={"q": decimal.Decimal("1.5")})
+        got = store.get("t-status", cp.checkpoint_id)
+        assert (got.status, got.interrupt_reason, got.interrupt_context) == ("interrupted", "ask", {"q": decimal.Decimal("1.5")})
+        assert got.size_bytes == (cp.size_bytes or 0) - 2 + len('{"q":{"$t":"dec","v":"1.5"}}')
+        assert store.set_status("t-status", cp.checkpoint_id, status="completed")
+        back = store.get("t-status", cp.checkpoint_id)
+        assert (back.status, back.interrupt_reason, back.interrupt_context, back.size_bytes) == ("completed", None, {}, cp.size_bytes)
+        assert not store.set_status("t-status", "missing", status="completed")
+        assert not store.set_status("t-status", cp.checkpoint_id, "other-ns", status="completed")
+
+
+@check
+def check_delete_checkpoints_and_runs(target: StoreTarget) -> None:
+    """delete_checkpoints removes only the named checkpoints and their writes; runs are found by run_id."""
+    with target.open() as store:
+        a = store.put(_cp("t-dc", 0, run_id="run-a"))
+        b = store.put(_cp("t-dc", 1, run_id="run-b"))
+        c = store.put(_cp("t-dc", 2, run_id="run-a", namespace="sub"))
+        other = store.put(_cp("t-dc-other", 0, run_id="run-a"))
+        store.put_writes([PendingWrite(thread_id="t-dc", checkpoint_id=a.checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
+        found = store.checkpoints_of_runs(["run-a", "run-a", "run-none"])
+        assert sorted(found) == sorted([("t-dc", "", a.checkpoint_id), ("t-dc", "sub", c.checkpoint_id), ("t-dc-other", "", other.checkpoint_id)])
+        raises(InvalidIdError, lambda: store.checkpoints_of_runs([""]), contains="empty")
+        deleted = store.delete_checkpoints("t-dc", [("", a.checkpoint_id), ("sub", c.checkpoint_id), ("", "missing")])
+        assert (deleted.checkpoints, deleted.writes) == (2, 1)
+        assert [x.checkpoint_id for x in store.history("t-dc", None)] == [b.checkpoint_id]
+        assert store.writes("t-dc", a.checkpoint_id) == []
+        assert store.has_thread("t-dc-other") and store.delete_checkpoints("t-dc", []) == store.delete_checkpoints("t-none", [("", "x")])
+
+
+@check
 def check_ledger_marks(target: StoreTarget) -> None:
     """Run starts record owner and declared retention; a mark's due time is fixed at the mark."""
     clock = FrozenClock(START)

@@ -18,6 +18,10 @@ import pytest
 from durability.testing import StoreTarget
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+#: The replication tests' plane on loopback (fixtures ``served_plane`` and ``plane``).
+pytest_plugins = ["plane_support"]
+
 PROVIDERS = ["memory", "sqlite", "postgres", "redis"]
 
 POSTGRES_URL = os.environ.get(

@@ -7,6 +7,11 @@ URL                                    provider
 ``sqlite:///path.db``                  SQLite file, the embedded default
 ``postgresql+psycopg://…``             Postgres (``postgresql://`` works too)
 ``redis://…`` / ``rediss://…``         Redis 7, no modules
+``fastaiagent+sqlite:///local.db``     a fastaiagent SDK store, read-only
+``fastaiagent+postgresql://…``         (``?schema=``, default ``fastaiagent``)
+``langgraph+sqlite:///checkpoints.db`` a LangGraph SqliteSaver file, read-only
+``langgraph+postgresql://…``           a LangGraph PostgresSaver database, read-only
+                                       (``?schema=``, default the search path)
 =====================================  ==========================================
 """
 
@@ -26,6 +31,12 @@ PROVIDERS: dict[str, str] = {
     "postgres": "durability.stores.sql:SQLStore",
     "redis": "durability.stores.redis:RedisStore",
     "rediss": "durability.stores.redis:RedisStore",
+    "fastaiagent+sqlite": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
+    "fastaiagent+postgresql": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
+    "fastaiagent+postgres": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
+    "langgraph+sqlite": "durability.stores.foreign_langgraph:LangGraphStore",
+    "langgraph+postgresql": "durability.stores.foreign_langgraph:LangGraphStore",
+    "langgraph+postgres": "durability.stores.foreign_langgraph:LangGraphStore",
 }
 
 

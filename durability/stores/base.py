@@ -13,14 +13,15 @@ not replicate, which is never an error for its callers (seed 000 "Custom checkpo
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from durability import codec
 from durability.clock import Clock, system_clock
@@ -52,6 +53,11 @@ MAX_ID_LENGTH = 65_536
 
 #: An outbox row's identity: the thread and the checkpoint's ``seq``.
 RowKey = tuple[str, int]
+
+#: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
+WriteListener = Callable[["Store"], None]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +212,34 @@ class EncodedWrite:
         )
 
 
+class CheckpointRow(Protocol):
+    """What a read primitive returns: a stored checkpoint, decoded on demand.
+
+    :class:`EncodedCheckpoint` is one; a foreign (read-only) store returns rows of its own.
+    """
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    def decode(self) -> Checkpoint: ...
+
+
+class WriteRow(Protocol):
+    """What :meth:`Store._writes` returns: a stored pending write, decoded on demand."""
+
+    def decode(self) -> PendingWrite: ...
+
+
+#: A checkpoint's address inside its thread: ``(namespace, checkpoint_id)``.
+CheckpointKey = tuple[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
     """A store's record that it replicates a project to a plane (no secret is kept)."""
@@ -272,6 +306,7 @@ class Store(ABC):
         self.clock: Clock = clock if clock is not None else system_clock
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._write_listeners: list[WriteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -355,6 +390,8 @@ class Store(ABC):
         if not rows:
             return []
         seqs = self._insert(rows, synced=synced)
+        if not synced:
+            self._notify_write()
         return [self._stored(cp_row, seq) for cp_row, seq in zip(rows, seqs, strict=True)]
 
     def _prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
@@ -502,6 +539,89 @@ class Store(ABC):
     def _finished_due(self, now: datetime) -> list[ThreadRecord]:
         return [r for r in self.iter_threads() if r.due_at is not None and r.due_at <= now]
 
+    def delete_checkpoints(self, thread_id: str, checkpoints: Sequence[CheckpointKey]) -> Deleted:
+        """Remove these checkpoints of the thread and their pending writes (absent ones are skipped).
+
+        ``checkpoints`` are ``(namespace, checkpoint_id)`` pairs. The thread's ledger record
+        stays. LangGraph's ``prune`` and ``delete_for_runs`` are built on this.
+        """
+        action = "delete checkpoints"
+        self._check_thread(thread_id, "", action)
+        for namespace, checkpoint_id in checkpoints:
+            check_id(namespace, "namespace", action=action, allow_empty=True)
+            check_id(checkpoint_id, "checkpoint_id", action=action)
+        self.ready()
+        keys = list(dict.fromkeys(checkpoints))
+        return self._delete_checkpoints(thread_id, keys) if keys else Deleted()
+
+    def checkpoints_of_runs(self, run_ids: Iterable[str]) -> list[tuple[str, str, str]]:
+        """``(thread_id, namespace, checkpoint_id)`` of every checkpoint whose ``run_id`` is listed.
+
+        An empty run id is refused: it would match every checkpoint written without one.
+        """
+        wanted = [check_id(r, "run_id", action="find the checkpoints of runs") for r in run_ids]
+        self.ready()
+        return self._checkpoints_of_runs(list(dict.fromkeys(wanted))) if wanted else []
+
+    def set_status(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        namespace: str = "",
+        *,
+        status: str,
+        interrupt_reason: str | None = None,
+        interrupt_context: Any = None,
+    ) -> bool:
+        """Change a stored checkpoint's status and interrupt fields; ``False`` if it is absent.
+
+        The only change a store makes to a stored checkpoint: a LangGraph checkpoint is
+        ``interrupted`` while an ``__interrupt__`` write against it is pending, and goes back
+        to ``completed`` when the run resumes. Replication is not re-triggered: the plane
+        keeps the status the row had when it was sent (its ingest is insert-only).
+        """
+        action = "change a checkpoint's status"
+        self._check_thread(thread_id, namespace, action)
+        check_id(checkpoint_id, "checkpoint_id", action=action)
+        check_id(status, "status", action=action)
+        context = codec.dumps(
+            {} if interrupt_context is None else interrupt_context, path="interrupt_context"
+        )
+        self.ready()
+        return self._set_status(
+            thread_id, namespace, checkpoint_id, status, interrupt_reason, context
+        )
+
+    def newest_first(
+        self,
+        thread_id: str,
+        namespace: str | None = None,
+        *,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> list[Checkpoint]:
+        """The thread's checkpoints by ``checkpoint_id``, greatest first (LangGraph's order).
+
+        LangGraph's ids are time-ordered UUIDv6 strings and its "latest" is the greatest id in
+        a thread and namespace, compared as strings (code point order). ``before`` keeps ids
+        below it; ``namespace=None`` returns every namespace.
+        """
+        self._check_thread(thread_id, namespace or "", "list a thread's checkpoints")
+        if before is not None:
+            check_id(before, "before", action="list a thread's checkpoints")
+        self.ready()
+        return [row.decode() for row in self._newest_first(thread_id, namespace, before, limit)]
+
+    def writes_of(
+        self, thread_id: str, checkpoints: Sequence[CheckpointKey]
+    ) -> dict[CheckpointKey, list[PendingWrite]]:
+        """The pending writes of several checkpoints of a thread at once, each in write order."""
+        self._check_thread(thread_id, "", "read pending writes")
+        self.ready()
+        keys = list(dict.fromkeys(checkpoints))
+        rows = self._writes_of(thread_id, keys) if keys else {}
+        return {key: [w.decode() for w in rows.get(key, ())] for key in keys}
+
     # ------------------------------------------------------------------ ledger
 
     def record_run_start(
@@ -641,6 +761,8 @@ class Store(ABC):
             deadline_source=source,
         )
         seq = self._insert_park(row, park, synced=synced)
+        if not synced:
+            self._notify_write()
         return self._stored(row, seq), park
 
     def _check_can_park(self, thread_id: str) -> None:
@@ -673,6 +795,31 @@ class Store(ABC):
         self.ready()
         return sorted(self._parks(), key=lambda p: p.deadline)
 
+    # ------------------------------------------------------------------ write listeners
+
+    def add_write_listener(self, listener: WriteListener) -> None:
+        """Call ``listener(store)`` after every committed write of unreplicated rows.
+
+        ``put``, ``put_many`` and ``park`` call it after their commit (not for ``synced=True``
+        writes, which have nothing to send). It runs on the writer's thread, so it must be quick
+        and must not block: the replication drain uses it to set an event. An exception it
+        raises is logged and never reaches the writer.
+        """
+        if listener not in self._write_listeners:
+            self._write_listeners.append(listener)
+
+    def remove_write_listener(self, listener: WriteListener) -> None:
+        """Stop calling ``listener`` (a no-op if it was not added)."""
+        if listener in self._write_listeners:
+            self._write_listeners.remove(listener)
+
+    def _notify_write(self) -> None:
+        for listener in tuple(self._write_listeners):
+            try:
+                listener(self)
+            except Exception:  # a listener must never fail the write that already committed
+                logger.exception("a write listener of %r failed", self)
+
     # ------------------------------------------------------------------ outbox (optional)
 
     def fetch_unsynced(
@@ -683,8 +830,23 @@ class Store(ABC):
         ``max_bytes`` caps the batch by ``size_bytes`` (the first row always fits);
         ``project_id`` limits it to one project.
         """
+        return [
+            row.decode()
+            for row in self.fetch_unsynced_encoded(
+                limit=limit, max_bytes=max_bytes, project_id=project_id
+            )
+        ]
+
+    def fetch_unsynced_encoded(
+        self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
+    ) -> list[EncodedCheckpoint]:
+        """:meth:`fetch_unsynced` without decoding: the rows as stored (payloads as codec text).
+
+        The replication drain sends these texts as they are, so a row is never decoded (and a
+        class in its state never needs to be importable) on its way to the plane.
+        """
         self.ready()
-        return [row.decode() for row in self._fetch_unsynced(limit, max_bytes, project_id)]
+        return self._fetch_unsynced(limit, max_bytes, project_id)
 
     def mark_synced(self, keys: Iterable[RowKey]) -> None:
         """Record that the plane has these rows (idempotent)."""
@@ -782,27 +944,25 @@ class Store(ABC):
         """Insert rows atomically and return their ``seq``; refuse all on a duplicate id."""
 
     @abstractmethod
-    def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None: ...
+    def _latest(self, thread_id: str, namespace: str) -> CheckpointRow | None: ...
 
     @abstractmethod
-    def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
+    def _latest_any(self, thread_id: str) -> CheckpointRow | None:
         """The last checkpoint of the thread in any namespace."""
 
     @abstractmethod
-    def _get(
-        self, thread_id: str, namespace: str, checkpoint_id: str
-    ) -> EncodedCheckpoint | None: ...
+    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> CheckpointRow | None: ...
 
     @abstractmethod
     def _history(
         self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
-    ) -> list[EncodedCheckpoint]: ...
+    ) -> Sequence[CheckpointRow]: ...
 
     @abstractmethod
     def _insert_writes(self, rows: list[EncodedWrite]) -> None: ...
 
     @abstractmethod
-    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]: ...
+    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> Sequence[WriteRow]: ...
 
     @abstractmethod
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage: ...
@@ -851,6 +1011,60 @@ class Store(ABC):
 
     @abstractmethod
     def _parks(self) -> list[Park]: ...
+
+    # Primitives with defaults built on the ones above; providers override them for speed.
+
+    def _newest_first(
+        self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
+    ) -> Sequence[CheckpointRow]:
+        rows = sorted(
+            (
+                r
+                for r in self._history(thread_id, namespace, None, None)
+                if before is None or r.checkpoint_id < before
+            ),
+            key=lambda r: r.checkpoint_id,
+            reverse=True,
+        )
+        return rows if limit is None else rows[:limit]
+
+    def _writes_of(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> Mapping[CheckpointKey, Sequence[WriteRow]]:
+        return {(ns, cid): self._writes(thread_id, ns, cid) for ns, cid in keys}
+
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
+        wanted = set(run_ids)
+        found = []
+        for record in self.iter_threads():
+            for row in self._history(record.thread_id, None, None, None):
+                cp = row.decode()
+                if cp.run_id in wanted:
+                    found.append((cp.thread_id, cp.namespace, cp.checkpoint_id))
+        return found
+
+    # Primitives a provider must implement for LangGraph's prune, delete_for_runs and
+    # interrupts; the defaults say it cannot.
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        raise CapabilityError(
+            f"the {self.provider or type(self).__name__} store cannot change a stored "
+            "checkpoint's status; implement Store._set_status for it"
+        )
+
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        raise CapabilityError(
+            f"the {self.provider or type(self).__name__} store cannot delete single "
+            "checkpoints; implement Store._delete_checkpoints for it (delete_thread works)"
+        )
 
     # Outbox primitives: optional. The defaults say the store does not replicate.
 

@@ -20,6 +20,7 @@ from durability.model import Deleted, Lease, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import (
     Capabilities,
+    CheckpointKey,
     EncodedCheckpoint,
     EncodedWrite,
     Store,
@@ -203,6 +204,39 @@ class MemoryStore(Store):
             d.parks.pop(thread_id, None)
         return Deleted(checkpoints=len(rows), writes=writes)
 
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        d = self._data
+        doomed = set(keys)
+        with d.lock:
+            rows = d.rows.get(thread_id, [])
+            kept = [r for r in rows if (r.namespace, r.checkpoint_id) not in doomed]
+            if kept:
+                d.rows[thread_id] = kept
+            else:
+                d.rows.pop(thread_id, None)
+            for namespace, checkpoint_id in doomed:
+                d.ids.pop((thread_id, namespace, checkpoint_id), None)
+            writes = sum(len(d.writes.pop((thread_id, ns, cid), {})) for ns, cid in doomed)
+        return Deleted(checkpoints=len(rows) - len(kept), writes=writes)
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        with self._data.lock:
+            row = self._data.ids.get((thread_id, namespace, checkpoint_id))
+            if row is None:
+                return False
+            row.size_bytes += _utf8_len(interrupt_context) - _utf8_len(row.interrupt_context)
+            row.status, row.interrupt_reason = status, interrupt_reason
+            row.interrupt_context = interrupt_context
+            return True
+
     # ------------------------------------------------------------------ ledger
 
     def _ledger_row(self, thread_id: str) -> _Ledger:
@@ -282,3 +316,7 @@ class MemoryStore(Store):
     def _parks(self) -> list[Park]:
         with self._data.lock:
             return list(self._data.parks.values())
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))

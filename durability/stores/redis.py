@@ -73,6 +73,7 @@ from durability.settings import Retention
 from durability.stores import redis_lua as lua
 from durability.stores.base import (
     Capabilities,
+    CheckpointKey,
     Connection,
     EncodedCheckpoint,
     EncodedWrite,
@@ -575,6 +576,102 @@ class RedisStore(Store):
         return [
             _unwrite(doc, thread_id, namespace, checkpoint_id) for doc in docs if doc is not None
         ]
+
+    def _newest_first(
+        self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
+    ) -> list[EncodedCheckpoint]:
+        tag = thread_tag(thread_id)
+        if namespace is not None:
+            args = [namespace, before or "", -1 if limit is None else limit]
+            flat = self._eval("list a thread's checkpoints", "NEWEST_FIRST", tag, args, write=False)
+        else:
+            ids = self._eval("list a thread's checkpoints", "ALL_IDS", tag, [], write=False)
+            keys = [key.decode() for key in ids]
+            chosen = sorted(
+                (k for k in keys if before is None or k.partition("\0")[2] < before),
+                key=lambda k: k.partition("\0")[2],
+                reverse=True,
+            )[:limit]
+            flat = (
+                self._eval("list a thread's checkpoints", "GET_MANY", tag, chosen, write=False)
+                if chosen
+                else []
+            )
+        rows = [_undoc(flat[j + 1], int(flat[j])) for j in range(0, len(flat), 2)]
+        return [r for r in rows if r.thread_id == thread_id]
+
+    def _writes_of(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> dict[CheckpointKey, list[EncodedWrite]]:
+        args = [part for key in keys for part in key]
+        flat = self._eval(
+            "read pending writes", "WRITES_OF", thread_tag(thread_id), args, write=False
+        )
+        found: dict[CheckpointKey, list[EncodedWrite]] = {}
+        pos = 0
+        for namespace, checkpoint_id in keys:
+            count = int(flat[pos])
+            docs = flat[pos + 1 : pos + 1 + count]
+            pos += 1 + count
+            found[(namespace, checkpoint_id)] = [
+                _unwrite(doc, thread_id, namespace, checkpoint_id)
+                for doc in docs
+                if doc is not None
+            ]
+        return found
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        tag = thread_tag(thread_id)
+        # Documents are written whole: read, change, and write back only if nobody changed it
+        # in between (only another set_status on the same checkpoint can).
+        for _attempt in range(20):
+            hit = self._eval(
+                "change a checkpoint's status", "GET", tag, [namespace, checkpoint_id], write=False
+            )
+            row = _hit(hit)
+            if row is None or row.thread_id != thread_id:
+                return False
+            old = hit[1]
+            delta = _utf8_len(interrupt_context) - _utf8_len(row.interrupt_context)
+            row.status, row.interrupt_reason = status, interrupt_reason
+            row.interrupt_context = interrupt_context
+            row.size_bytes += delta
+            args = [hit[0], old, _doc(row), delta]
+            if self._eval("change a checkpoint's status", "SET_DOC", tag, args):
+                self._index("index a thread", add=_IndexOps(threads={tag: 0}))
+                return True
+        raise StoreError(
+            f"cannot change the status of checkpoint {checkpoint_id[:80]!r} in thread "
+            f"{thread_id[:80]!r}: it kept changing under concurrent updates; retry"
+        )
+
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        tag = thread_tag(thread_id)
+        args = [part for key in keys for part in key]
+        out = self._eval("delete checkpoints", "DELETE_CHECKPOINTS", tag, args)
+        gone = _IndexOps()
+        for seq in out[2:]:
+            gone.outbox[_member(tag, int(seq))] = gone.quarantine[_member(tag, int(seq))] = 0
+        self._index("clean the indexes", remove=gone)
+        return Deleted(checkpoints=int(out[0]), writes=int(out[1]))
+
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
+        wanted = set(run_ids)
+        found = []
+        for record in self.iter_threads():
+            # The run id is in each document's header: no payload is decoded.
+            for row in self._history(record.thread_id, None, None, None):
+                if row.run_id in wanted:
+                    found.append((row.thread_id, row.namespace, row.checkpoint_id))
+        return found
 
     # ------------------------------------------------------------------ threads
 
@@ -1139,6 +1236,10 @@ def _row_args(row: EncodedCheckpoint, doc: bytes) -> list[Any]:
         }
     )
     return [row.namespace, row.checkpoint_id, doc, row.size_bytes, created, header]
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _header_time(header: bytes) -> int:

@@ -12,11 +12,11 @@ strings of microseconds, written with ``%.0f`` (exact below 2**53, i.e. until th
 from __future__ import annotations
 
 #: The thread's keys, in the order every script receives them.
-THREAD_KEYS = ("m", "c", "i", "s", "x", "w", "wx", "p", "sy", "od", "os")
+THREAD_KEYS = ("m", "c", "i", "s", "x", "w", "wx", "p", "sy", "od", "os", "ix")
 
 _KEYS = """
-local M, C, I, S, X, W, WX, P, SY, OD, OS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local M, C, I, S, X, W, WX, P, SY, OD, OS, IX =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 """
 
 #: Shared by the write scripts. ARGV[1]: the platform's waiting retention in ms; ARGV[2]: "1"
@@ -36,7 +36,7 @@ local function apply_ttl()
   local ttl_ms = tonumber(ARGV[1])
   if declared then ttl_ms = math.floor(tonumber(declared) / 1000) end
   local at = math.floor(server_us() / 1000) + ttl_ms
-  for _, key in ipairs({M, C, I, S, X, W, WX, P, SY}) do
+  for _, key in ipairs({M, C, I, S, X, W, WX, P, SY, IX}) do
     redis.call('PEXPIREAT', key, at)
   end
   if ARGV[2] == '1' then
@@ -100,6 +100,7 @@ local function write_rows(base, n, existing, synced, t, out)
       local seq20 = string.format('%020d', s)
       redis.call('HSET', C, seq, doc)
       redis.call('HSET', I, ns .. '\0' .. cid, seq)
+      redis.call('ZADD', IX, 0, ns .. '\0' .. cid)
       redis.call('ZADD', S, s, seq20 .. '\0' .. ns .. '\0' .. cid)
       redis.call('ZADD', X, 0, ns .. '\0' .. seq20)
       redis.call('HSET', M, 'last', seq)
@@ -291,6 +292,7 @@ for _, member in ipairs(redis.call('ZRANGE', S, 0, batch - 1)) do
   local cid = string.sub(member, cut + 1)
   redis.call('HDEL', C, seq)
   redis.call('HDEL', I, ns .. '\0' .. cid)
+  redis.call('ZREM', IX, ns .. '\0' .. cid)
   redis.call('ZREM', X, ns .. '\0' .. seq20)
   redis.call('ZREM', S, member)
   if redis.call('HDEL', OD, seq) == 1 then table.insert(gone, seq) end
@@ -312,7 +314,7 @@ local left_cp, left_w = redis.call('ZCARD', S), redis.call('ZCARD', WX)
 local done = 0
 if left_cp == 0 and left_w == 0 then
   for _, field in ipairs(redis.call('HKEYS', OD)) do table.insert(gone, field) end
-  redis.call('UNLINK', M, C, I, S, X, W, WX, P, SY, OD, OS)
+  redis.call('UNLINK', M, C, I, S, X, W, WX, P, SY, OD, OS, IX)
   done = 1
 end
 local out = {removed_cp, removed_w, left_cp, left_w, done}
@@ -572,3 +574,155 @@ RELEASE_LOCK = r"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+#: ARGV[4]: seq; ARGV[5]: the document read; ARGV[6]: the new document; ARGV[7]: size change.
+#: Replaces a checkpoint's document if nobody changed it since it was read (0 otherwise).
+SET_DOC = (
+    PRELUDE
+    + r"""
+local seq = ARGV[4]
+if redis.call('HGET', C, seq) ~= ARGV[5] then return 0 end
+redis.call('HSET', C, seq, ARGV[6])
+if redis.call('HEXISTS', OD, seq) == 1 then redis.call('HSET', OD, seq, ARGV[6]) end
+redis.call('HINCRBY', M, 'size', ARGV[7])
+for _, key in ipairs({OS, SY}) do
+  local header = redis.call('HGET', key, 'h' .. seq)
+  if header then
+    local size = tonumber(string.match(header, ',"b":(%-?%d+),')) + tonumber(ARGV[7])
+    local fresh = string.gsub(header, ',"b":%-?%d+,', ',"b":' .. string.format('%d', size) .. ',', 1)
+    redis.call('HSET', key, 'h' .. seq, fresh)
+  end
+end
+apply_ttl()
+return 1
+"""
+)
+
+#: ARGV[4..]: namespace / checkpoint id pairs. Removes those checkpoints and their writes;
+#: returns removed checkpoints, removed writes, then the seqs of outbox rows removed.
+DELETE_CHECKPOINTS = (
+    PRELUDE
+    + r"""
+local removed_cp, removed_w, gone = 0, 0, {}
+for j = 4, #ARGV, 2 do
+  local ns, cid = ARGV[j], ARGV[j + 1]
+  local key = ns .. '\0' .. cid
+  local seq = redis.call('HGET', I, key)
+  if seq then
+    local seq20 = string.format('%020d', tonumber(seq))
+    for _, hk in ipairs({OS, SY}) do
+      local header = redis.call('HGET', hk, 'h' .. seq)
+      if header then redis.call('HINCRBY', M, 'size', -tonumber(string.match(header, ',"b":(%-?%d+),'))) end
+    end
+    redis.call('HDEL', C, seq)
+    redis.call('HDEL', I, key)
+    redis.call('ZREM', IX, key)
+    redis.call('ZREM', S, seq20 .. '\0' .. key)
+    redis.call('ZREM', X, ns .. '\0' .. seq20)
+    if redis.call('HDEL', OD, seq) == 1 then table.insert(gone, seq) end
+    for _, f in ipairs({'h', 'a', 'e', 'q', 'z'}) do
+      redis.call('HDEL', OS, f .. seq)
+      redis.call('HDEL', SY, f .. seq)
+    end
+    removed_cp = removed_cp + 1
+  end
+  local prefix = key .. '\0'
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', WX, '[' .. prefix, '(' .. prefix .. ':')) do
+    redis.call('HDEL', W, prefix .. string.sub(member, #prefix + 22))
+    redis.call('ZREM', WX, member)
+    removed_w = removed_w + 1
+  end
+end
+if removed_cp > 0 then
+  -- The thread's totals: its newest seq and newest created_at, from what is left.
+  local last = redis.call('ZREVRANGE', S, 0, 0)[1]
+  if last then
+    redis.call('HSET', M, 'last', string.format('%d', tonumber(string.sub(last, 1, 20))))
+    local newest = nil
+    for _, hk in ipairs({OS, SY}) do
+      local status = redis.call('HGETALL', hk)
+      for k = 1, #status, 2 do
+        if string.sub(status[k], 1, 1) == 'h' then
+          local at = tonumber(string.match(status[k + 1], '"at":"(%-?%d+)"'))
+          if not newest or at > newest then newest = at end
+        end
+      end
+    end
+    if newest then redis.call('HSET', M, 'na', string.format('%.0f', newest)) end
+  else
+    redis.call('HDEL', M, 'last', 'na')
+    redis.call('HSET', M, 'size', 0)
+  end
+end
+if redis.call('EXISTS', M) == 1 then apply_ttl() end
+local out = {removed_cp, removed_w}
+for _, seq in ipairs(gone) do table.insert(out, seq) end
+return out
+"""
+)
+
+#: ARGV[1]: namespace; ARGV[2]: before ('' for none); ARGV[3]: limit (-1: all). The
+#: namespace's checkpoints by id, greatest first (byte order of UTF-8 is code point order).
+NEWEST_FIRST = (
+    _READ
+    + r"""
+local high = '(' .. ARGV[1] .. '\1'
+if ARGV[2] ~= '' then high = '(' .. ARGV[1] .. '\0' .. ARGV[2] end
+local keys = redis.call('ZREVRANGEBYLEX', IX, high, '[' .. ARGV[1] .. '\0', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+if #keys == 0 then return out end
+local seqs = redis.call('HMGET', I, unpack(keys))
+for j = 1, #keys do
+  if seqs[j] then
+    table.insert(out, seqs[j])
+    table.insert(out, redis.call('HGET', C, seqs[j]))
+  end
+end
+return out
+"""
+)
+
+#: Every "namespace \0 checkpoint id" of the thread (ids only).
+ALL_IDS = (
+    _READ
+    + r"""
+return redis.call('ZRANGE', IX, 0, -1)
+"""
+)
+
+#: ARGV: "namespace \0 checkpoint id" keys. Their seq/document pairs (absent ones skipped).
+GET_MANY = (
+    _READ
+    + r"""
+local out = {}
+if #ARGV == 0 then return out end
+local seqs = redis.call('HMGET', I, unpack(ARGV))
+for j = 1, #ARGV do
+  if seqs[j] then
+    table.insert(out, seqs[j])
+    table.insert(out, redis.call('HGET', C, seqs[j]))
+  end
+end
+return out
+"""
+)
+
+#: ARGV: namespace / checkpoint id pairs. For each: the count of its writes, then their documents.
+WRITES_OF = (
+    _READ
+    + r"""
+local out = {}
+for j = 1, #ARGV, 2 do
+  local prefix = ARGV[j] .. '\0' .. ARGV[j + 1] .. '\0'
+  local fields = {}
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', WX, '[' .. prefix, '(' .. prefix .. ':')) do
+    table.insert(fields, prefix .. string.sub(member, #prefix + 22))
+  end
+  table.insert(out, #fields)
+  if #fields > 0 then
+    for _, doc in ipairs(redis.call('HMGET', W, unpack(fields))) do table.insert(out, doc) end
+  end
+end
+return out
+"""
+)

@@ -50,6 +50,7 @@ from durability.model import Deleted, Lease, OutboxEntry, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import (
     Capabilities,
+    CheckpointKey,
     Connection,
     EncodedCheckpoint,
     EncodedWrite,
@@ -65,6 +66,7 @@ from durability.stores.base import (
 )
 
 _Primitive = TypeVar("_Primitive", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------- schema
 
@@ -622,7 +624,7 @@ class SQLStore(Store):
         return seq if stored == row else None
 
     def _select_rows(self) -> sa.Select[Any]:
-        return sa.select(*_ROW_COLUMNS)
+        return _SELECT_ROWS
 
     @_reconnecting
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
@@ -687,27 +689,118 @@ class SQLStore(Store):
 
     @_reconnecting
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        query = (
-            sa.select(
-                writes.c.thread_id,
-                writes.c.namespace,
-                writes.c.checkpoint_id,
-                writes.c.task_id,
-                writes.c.idx,
-                writes.c.channel,
-                writes.c.value,
-                writes.c.task_path,
-            )
-            .where(
-                writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-                writes.c.thread_id == thread_id,
-                writes.c.namespace == namespace,
-                writes.c.checkpoint_id == checkpoint_id,
-            )
-            .order_by(writes.c.id)
-        )
+        query = _SELECT_WRITES.where(
+            writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            writes.c.thread_id == thread_id,
+            writes.c.namespace == namespace,
+            writes.c.checkpoint_id == checkpoint_id,
+        ).order_by(writes.c.id)
         with self._one("read pending writes") as conn:
             return [EncodedWrite(*r) for r in conn.execute(query)]
+
+    @_reconnecting
+    def _newest_first(
+        self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
+    ) -> list[EncodedCheckpoint]:
+        # Postgres compares text in the database's collation; "C" is code point order,
+        # which is what LangGraph's string comparison of ids means.
+        cid = checkpoints.c.checkpoint_id
+        ordered = cid.collate("C") if self.provider == "postgres" else cid
+        where = [*_thread(thread_id)]
+        if namespace is not None:
+            where.append(checkpoints.c.namespace == namespace)
+        if before is not None:
+            where.append(ordered < before)
+        query = self._select_rows().order_by(ordered.desc())
+        if limit is None:
+            query = query.where(*where)
+        else:
+            # Pick the rows by id first, so the sort never carries the payload columns.
+            chosen = sa.select(checkpoints.c.seq).where(*where).order_by(ordered.desc())
+            query = query.where(checkpoints.c.seq.in_(chosen.limit(limit).scalar_subquery()))
+        with self._one("list a thread's checkpoints") as conn:
+            return [_encoded(r) for r in conn.execute(query)]
+
+    @_reconnecting
+    def _writes_of(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> dict[CheckpointKey, list[EncodedWrite]]:
+        found: dict[CheckpointKey, list[EncodedWrite]] = {}
+        wanted = set(keys)
+        with self._read("read pending writes") as conn:
+            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+                query = _SELECT_WRITES.where(
+                    writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id
+                ).order_by(writes.c.id)
+                for r in conn.execute(query):
+                    key = (r.namespace, r.checkpoint_id)
+                    if key in wanted:
+                        found.setdefault(key, []).append(EncodedWrite(*r))
+        return found
+
+    @_reconnecting
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        where = (
+            checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
+            checkpoints.c.thread_id == thread_id,
+            checkpoints.c.namespace == namespace,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+        with self._write("change a checkpoint's status") as conn:
+            row = conn.execute(
+                sa.select(checkpoints.c.interrupt_context, checkpoints.c.size_bytes).where(*where)
+            ).first()
+            if row is None:
+                return False
+            size = row.size_bytes + _utf8_len(interrupt_context) - _utf8_len(row.interrupt_context)
+            conn.execute(
+                checkpoints.update()
+                .where(*where)
+                .values(
+                    status=status,
+                    interrupt_reason=interrupt_reason,
+                    interrupt_context=interrupt_context,
+                    size_bytes=size,
+                )
+            )
+        return True
+
+    @_reconnecting
+    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+        removed = removed_writes = 0
+        with self._write("delete checkpoints") as conn:
+            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+                removed += conn.execute(
+                    checkpoints.delete().where(
+                        checkpoints.c.ckey.in_(chunk), checkpoints.c.thread_id == thread_id
+                    )
+                ).rowcount
+                removed_writes += conn.execute(
+                    writes.delete().where(writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id)
+                ).rowcount
+        return Deleted(checkpoints=removed, writes=removed_writes)
+
+    @_reconnecting
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
+        c = checkpoints.c
+        found: list[tuple[str, str, str]] = []
+        with self._read("find the checkpoints of runs") as conn:
+            for chunk in _chunks(run_ids):
+                query = (
+                    sa.select(c.thread_id, c.namespace, c.checkpoint_id)
+                    .where(c.run_id.in_(chunk))
+                    .order_by(c.seq)
+                )
+                found += [(r.thread_id, r.namespace, r.checkpoint_id) for r in conn.execute(query)]
+        return found
 
     # ------------------------------------------------------------------ threads
 
@@ -1160,6 +1253,30 @@ _ROW_COLUMNS = [
 ]
 
 
+_WRITE_COLUMNS = [
+    writes.c[name]
+    for name in (
+        "thread_id",
+        "namespace",
+        "checkpoint_id",
+        "task_id",
+        "idx",
+        "channel",
+        "value",
+        "task_path",
+    )
+]
+
+
+# Built once: coercing two dozen columns costs more than running the query it selects.
+_SELECT_ROWS = sa.select(*_ROW_COLUMNS)
+_SELECT_WRITES = sa.select(*_WRITE_COLUMNS)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _thread(thread_id: str) -> tuple[sa.ColumnElement[bool], ...]:
     return (checkpoints.c.tkey == thread_key(thread_id), checkpoints.c.thread_id == thread_id)
 
@@ -1304,7 +1421,7 @@ def _park(row: Any) -> Park:
     )
 
 
-def _chunks(values: list[int], size: int = 500) -> Iterator[list[int]]:
+def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 

@@ -1,0 +1,262 @@
+"""Benchmark DurabilitySaver against LangGraph's own SqliteSaver and PostgresSaver, side by side.
+
+Run with ``.venv/bin/python benchmarks/bench_langgraph.py [--runs 3] [--pg-dsn DSN]``
+(default DSN: ``postgresql://postgres@127.0.0.1:5432/test``; a throw-away schema is created and
+dropped). The workload follows reference/langgraph.md §8: v4 checkpoints built the way a graph
+run builds them (uuid6 ids, the saver's own ``get_next_version``, ``versions_seen``, the parent
+id from the previous put), round-robin over 50 threads, a chat-like ~2 KB state in which every
+channel changes every step. Only the saver call is timed; every run starts from an empty store.
+
+Operations: (a) put, (b) get_tuple of each thread's latest checkpoint, (c) list of one whole
+thread (20 checkpoints, consumed fully). Targets, durability / LangGraph: put >= 1x;
+get_tuple and list >= 0.5x. Medians of ``--runs`` runs go into the ``## LangGraph saver``
+section of benchmarks/RESULTS.md, with a profile summary for any missed target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import platform
+import pstats
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base.id import uuid6
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import durability
+from durability.langgraph import DurabilitySaver
+
+HEADING = "## LangGraph saver"
+THREADS = 50
+STEPS = 20  # checkpoints per thread: THREADS * STEPS puts per run
+TARGETS = {"put": 1.0, "get_tuple": 0.5, "list": 0.5}
+
+
+def state(step: int) -> dict[str, Any]:
+    """A chat-like ~2 KB state; every channel's value depends on the step."""
+    return {
+        "messages": [
+            {
+                "role": "user" if i % 2 else "assistant",
+                "content": f"message {i} at step {step} " + "lorem ipsum " * 8,
+            }
+            for i in range(8)
+        ],
+        "context": {"user": "u-42", "locale": "en", "step": step, "tags": ["refund", "priority"]},
+        "status": f"running-{step}",
+        "counter": step,
+    }
+
+
+def workload(saver: BaseCheckpointSaver[Any]) -> list[tuple[Any, ...]]:
+    """Every put's arguments, built ahead of timing, parents chained per thread."""
+    calls: list[tuple[Any, ...]] = []
+    previous: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    for step in range(STEPS):
+        for t in range(THREADS):
+            thread = f"bench-{t}"
+            parent_id, versions, seen = previous.get(thread, (None, {}, {}))
+            values = state(step)
+            versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in values}
+            seen = {"agent": dict(versions)}
+            cid = str(uuid6(clock_seq=step))
+            checkpoint = {
+                "v": 4,
+                "id": cid,
+                "ts": datetime.now(UTC).isoformat(),
+                "channel_values": values,
+                "channel_versions": versions,
+                "versions_seen": seen,
+                "updated_channels": sorted(values),
+            }
+            config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            if parent_id:
+                config["configurable"]["checkpoint_id"] = parent_id
+            calls.append(
+                (
+                    config,
+                    checkpoint,
+                    {"source": "loop", "step": step, "parents": {}},
+                    dict(versions),
+                )
+            )
+            previous[thread] = (cid, versions, seen)
+    return calls
+
+
+def timed(fn: Callable[[], Any], n: int) -> float:
+    start = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - start)
+
+
+def run_once(saver: BaseCheckpointSaver[Any]) -> dict[str, float]:
+    """ops/s of put, get_tuple and list on one fresh saver."""
+    calls = workload(saver)
+    put = timed(lambda: [saver.put(*c) for c in calls], len(calls))
+    latest = [
+        {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}} for t in range(THREADS)
+    ]
+    get = timed(lambda: [saver.get_tuple(c) for c in latest], len(latest))
+    listed = timed(lambda: [list(saver.list(c)) for c in latest[:10]], 10 * STEPS)
+    return {"put": put, "get_tuple": get, "list": listed}
+
+
+@contextmanager
+def sqlite_savers(kind: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.db"
+        if kind == "langgraph":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            conn = sqlite3.connect(path, check_same_thread=False)
+            saver = SqliteSaver(conn)
+            saver.setup()
+            yield saver
+            conn.close()
+        else:
+            synchronous = "FULL" if kind == "durability-full" else "NORMAL"
+            with durability.open(f"sqlite:///{path}", synchronous=synchronous) as store:
+                yield DurabilitySaver(store)
+
+
+@contextmanager
+def postgres_savers(kind: str, dsn: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    schema = f"lgbench_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(dsn.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        if kind == "langgraph":
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            sep = "&" if "?" in dsn else "?"
+            with PostgresSaver.from_conn_string(
+                f"{dsn}{sep}options=-csearch_path%3D{schema}"
+            ) as saver:
+                saver.setup()
+                yield saver
+        else:
+            with durability.open(dsn, schema=schema) as store:
+                yield DurabilitySaver(store)
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+        engine.dispose()
+
+
+def measure(make: Callable[[], Any], runs: int) -> dict[str, float]:
+    results = []
+    for _ in range(runs):
+        with make() as saver:
+            results.append(run_once(saver))
+    return {op: statistics.median(r[op] for r in results) for op in TARGETS}
+
+
+def profile(make: Callable[[], Any], op: str) -> str:
+    """The top cumulative entries of one run's ``op``."""
+    with make() as saver:
+        calls = workload(saver)
+        latest = [
+            {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}}
+            for t in range(THREADS)
+        ]
+        work = {
+            "put": lambda: [saver.put(*c) for c in calls],
+            "get_tuple": lambda: None,
+            "list": lambda: None,
+        }
+        if op != "put":
+            work["put"]()
+            work = {
+                "get_tuple": lambda: [saver.get_tuple(c) for c in latest],
+                "list": lambda: [list(saver.list(c)) for c in latest[:10]],
+            }
+        prof = cProfile.Profile()
+        prof.runcall(work[op])
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(8)
+    lines = [
+        line
+        for line in out.getvalue().splitlines()
+        if line.strip() and ("{" in line or "(" in line)
+    ][:10]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pg-dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    args = parser.parse_args()
+    pairs = {
+        "SQLite (durability synchronous=NORMAL, its default)": (
+            lambda: sqlite_savers("durability"),
+            lambda: sqlite_savers("langgraph"),
+        ),
+        "SQLite (durability synchronous=FULL, as SqliteSaver)": (
+            lambda: sqlite_savers("durability-full"),
+            lambda: sqlite_savers("langgraph"),
+        ),
+        "Postgres": (
+            lambda: postgres_savers("durability", args.pg_dsn),
+            lambda: postgres_savers("langgraph", args.pg_dsn),
+        ),
+    }
+    rows, missed = [], []
+    for backend, (ours_make, theirs_make) in pairs.items():
+        ours, theirs = measure(ours_make, args.runs), measure(theirs_make, args.runs)
+        for op, target in TARGETS.items():
+            ratio = ours[op] / theirs[op]
+            rows.append(
+                f"| {backend} | {op} | {ours[op]:,.0f} | {theirs[op]:,.0f} | {ratio:.2f}x | >= {target}x | {'met' if ratio >= target else '**missed**'} |"
+            )
+            print(f"{backend} {op}: {ratio:.2f}x", file=sys.stderr)
+            if ratio < target:
+                missed.append((backend, op, ours_make))
+    section = [
+        HEADING,
+        "",
+        f"`python benchmarks/bench_langgraph.py --runs {args.runs}` — {platform.python_version()}, langgraph-checkpoint {version('langgraph-checkpoint')}, "
+        f"-sqlite {version('langgraph-checkpoint-sqlite')}, -postgres {version('langgraph-checkpoint-postgres')}, {THREADS} threads x {STEPS} checkpoints, ~2 KB state, "
+        "every channel changes every step; medians of ops/s (list: checkpoints/s, whole thread consumed).",
+        "",
+        "| backend | operation | DurabilitySaver ops/s | LangGraph saver ops/s | ratio | target | |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+        *rows,
+        "",
+    ]
+    for backend, op, make in missed:
+        section += [
+            f"Profile of the missed `{op}` on {backend} (top functions by own time):",
+            "",
+            "```",
+            profile(make, op),
+            "```",
+            "",
+        ]
+    text = "\n".join(section) + "\n"
+    print(text)
+    from _results import write_section
+
+    write_section(HEADING, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""``durability plane serve|keys|domains``: run the reference plane and manage its keys and entitlements."""
+
+from __future__ import annotations
+
+import click
+
+from durability.cli._common import friendly_errors, json_option, print_json
+
+DEFAULT_DB = "sqlite:///durability-plane.db"
+db_option = click.option(
+    "--db",
+    "db_url",
+    envvar="DURABILITY_PLANE_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="The plane's database (SQLAlchemy URL; DURABILITY_PLANE_DB).",
+)
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``plane`` group."""
+    cli.add_command(plane)
+
+
+@click.group()
+def plane() -> None:
+    """Run the reference checkpoint plane and manage its API keys and entitlements."""
+
+
+@plane.command("serve")
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8700,
+    show_default=True,
+    help="Port to listen on.",
+)
+@click.option(
+    "--compat", is_flag=True, help="Refuse whole batches with 413/422, as older planes do."
+)
+def serve(db_url: str, host: str, port: int, compat: bool) -> None:
+    """Serve the plane (ingest, latest, history, run health, the SDK's connect-time endpoints)."""
+    import uvicorn
+
+    from durability.plane import create_app
+    from durability.plane.server import server_config
+
+    with friendly_errors():
+        app = create_app(db_url, compat=compat)
+    click.echo(
+        f"plane on http://{host}:{port} over {app.state.plane.storage!r}"
+        + (" (compat mode)" if compat else "")
+    )
+    uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
+
+
+@plane.group("keys")
+def keys() -> None:
+    """Create API keys (scoped to a domain and a project)."""
+
+
+@keys.command("create")
+@db_option
+@click.option("--domain", required=True, help="The tenant's domain.")
+@click.option("--project", required=True, help="The project within the domain.")
+@click.option(
+    "--entitled", is_flag=True, help="Also grant the domain the connected_state_plane entitlement."
+)
+@json_option
+def create_key(db_url: str, domain: str, project: str, entitled: bool, as_json: bool) -> None:
+    """Create a key and print it once (only its hash is stored; it cannot be shown again)."""
+    from durability.plane import PlaneStorage
+
+    with friendly_errors():
+        storage = PlaneStorage(db_url)
+        made = storage.create_key(domain, project, entitled=True if entitled else None)
+        storage.close()
+    if as_json:
+        print_json(
+            {
+                "api_key": made.api_key,
+                "key_id": made.key_id,
+                "domain": domain,
+                "project": project,
+                "entitled": entitled,
+            }
+        )
+        return
+    click.echo(made.api_key)
+    click.echo(
+        f"key {made.key_id} for domain {domain!r}, project {project!r}; store it now, it is not shown again",
+        err=True,
+    )
+
+
+@plane.group("domains")
+def domains() -> None:
+    """Grant or revoke a domain's connected_state_plane entitlement (ingest answers 403 without it)."""
+
+
+def _entitle(db_url: str, domain: str, entitled: bool, as_json: bool) -> None:
+    from durability.plane import PlaneStorage
+
+    with friendly_errors():
+        storage = PlaneStorage(db_url)
+        storage.set_entitlement(domain, entitled)
+        storage.close()
+    if as_json:
+        print_json({"domain": domain, "connected_state_plane": entitled})
+    else:
+        click.echo(
+            f"domain {domain!r}: connected_state_plane {'granted' if entitled else 'revoked'}"
+        )
+
+
+@domains.command("entitle")
+@db_option
+@click.argument("domain")
+@json_option
+def entitle(db_url: str, domain: str, as_json: bool) -> None:
+    """Grant DOMAIN the connected_state_plane entitlement."""
+    _entitle(db_url, domain, True, as_json)
+
+
+@domains.command("revoke")
+@db_option
+@click.argument("domain")
+@json_option
+def revoke(db_url: str, domain: str, as_json: bool) -> None:
+    """Revoke DOMAIN's connected_state_plane entitlement (its rows stay buffered in the clients)."""
+    _entitle(db_url, domain, False, as_json)

@@ -1,0 +1,168 @@
+"""``durability runs`` and ``durability resume``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, fields
+from typing import Any
+
+import click
+
+from durability.cli._common import (
+    friendly_errors,
+    json_option,
+    open_store,
+    print_json,
+    print_table,
+    url_argument,
+)
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``runs`` and ``resume`` commands."""
+    cli.add_command(runs)
+    cli.add_command(resume)
+
+
+@click.command()
+@url_argument
+@json_option
+def runs(url: str, as_json: bool) -> None:
+    """List every run in the store at URL: status, last step, lease, and parks with time left.
+
+    A status is completed, failed (with its reason), parked (waiting on an ask until its
+    deadline), running (a live lease), stalled (killed or lost its lease: resume it) or
+    abandoned (never ended, and a later run started on its thread).
+    """
+    from durability.runs import list_runs
+
+    with friendly_errors(), open_store(url) as store:
+        infos = list_runs(store, progress=not as_json)
+    if as_json:
+        print_json([asdict(i) for i in infos])
+        return
+    print_table(
+        [
+            "thread",
+            "run",
+            "runner",
+            "status",
+            "reason",
+            "last step",
+            "steps",
+            "updated",
+            "lease until",
+            "park",
+            "time left",
+        ],
+        [
+            (
+                i.thread_id,
+                i.run_id,
+                i.runner,
+                i.status,
+                i.reason,
+                i.last_step,
+                i.steps,
+                i.updated_at,
+                i.lease_expires_at,
+                i.park_reason,
+                _time_left(i.time_left),
+            )
+            for i in infos
+        ],
+    )
+
+
+def _time_left(value: Any) -> Any:
+    if value is None:
+        return None
+    return "expired" if value.total_seconds() <= 0 else value
+
+
+@click.command()
+@url_argument
+@click.argument("thread_id")
+@click.option(
+    "--runner",
+    "runner_spec",
+    required=True,
+    metavar="MODULE:ATTR",
+    help="The run definition: a Runner, or a factory returning one (the current directory is importable).",
+)
+@click.option(
+    "--value",
+    "value_json",
+    default=None,
+    metavar="JSON",
+    help="The answer for a parked run, as JSON.",
+)
+@click.option(
+    "--single-worker",
+    is_flag=True,
+    help="SQLite: this host's workers are the only resumers, so the run may park again.",
+)
+@click.option(
+    "--deployment-url",
+    default=None,
+    metavar="URL",
+    help="A flow's deployment store, where it marks the session threads it owns (default: URL).",
+)
+@json_option
+def resume(
+    url: str,
+    thread_id: str,
+    runner_spec: str,
+    value_json: str | None,
+    single_worker: bool,
+    deployment_url: str | None,
+    as_json: bool,
+) -> None:
+    """Resume the latest run of THREAD in the store at URL with the runner MODULE:ATTR.
+
+    A parked run needs --value (its answer); a killed or failed run resumes after its last
+    completed step; a completed run is refused (exit code 2). Exit code 1 when the resumed run
+    fails.
+    """
+    from durability.errors import RunNotResumable
+    from durability.runs import NO_VALUE, load_runner
+
+    value: Any = NO_VALUE
+    if value_json is not None:
+        try:
+            value = json.loads(value_json)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(
+                f"{value_json!r} is not JSON ({exc}); quote it, e.g. --value '{{\"approved\": true}}'",
+                param_hint="--value",
+            ) from exc
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: runners next to the caller import
+    options = {"single_worker": True} if single_worker else {}
+    with friendly_errors():
+        runner = load_runner(runner_spec)
+        with open_store(url, **options) as store:
+            deployment = open_store(deployment_url) if deployment_url else None
+            try:
+                result = runner.resume(store, thread_id, value, deployment_store=deployment)
+            except RunNotResumable as exc:
+                click.echo(f"not resumed: {exc}", err=True)
+                sys.exit(2)
+            finally:
+                if deployment is not None:
+                    deployment.close()
+    if as_json:
+        data = {f.name: getattr(result, f.name) for f in fields(result) if f.name != "exception"}
+        data["park"] = None if result.park is None else asdict(result.park)
+        print_json(data)
+    else:
+        click.echo(f"run {result.run_id} on thread {result.thread_id}: {result.status}")
+        click.echo(f"last step: {result.last_step or '-'}")
+        if result.reason:
+            click.echo(f"reason: {result.reason}" + (f" ({result.error})" if result.error else ""))
+        if result.park is not None:
+            click.echo(f"parked: {result.park.reason!r} until {result.park.deadline.isoformat()}")
+    if not result.ok:
+        sys.exit(1)

@@ -1,0 +1,498 @@
+"""The plane's storage: API keys, entitlements, agents and replicated checkpoints (SQLAlchemy Core).
+
+SQLite by default, Postgres for real use; every process is stateless over the one database, so
+planes scale out behind a load balancer. Every query names the tenant (domain and project of
+the key) in its key hashes and its ``WHERE`` clause, so one tenant can never read another's
+rows. Long ids are indexed through a SHA-256 hash (a 10 KB execution id works).
+
+Checkpoints are insert-only and idempotent by (domain, project, checkpoint id): a re-sent id is
+not stored again, and an id already stored for another execution is refused one by one rather
+than silently dropped. "Latest" is the last row by the client's ``created_at`` (a row without a
+readable one counts at its arrival), then arrival order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection as SAConnection
+
+from durability.clock import from_micros, system_clock, to_micros
+from durability.errors import ConfigError
+from durability.stores.base import redact_url
+
+_BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+_HASH = sa.String(64)
+
+metadata = sa.MetaData()
+
+domains = sa.Table(
+    "plane_domains",
+    metadata,
+    sa.Column("domain_id", sa.String(255), primary_key=True),
+    sa.Column("connected_state_plane", sa.Boolean(create_constraint=False), nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+api_keys = sa.Table(
+    "plane_api_keys",
+    metadata,
+    sa.Column("key_hash", _HASH, primary_key=True),
+    sa.Column("key_id", sa.String(32), nullable=False, unique=True),
+    sa.Column("domain_id", sa.String(255), nullable=False),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("revoked_at", sa.BigInteger),
+)
+
+agents = sa.Table(
+    "plane_agents",
+    metadata,
+    sa.Column("akey", _HASH, primary_key=True),
+    sa.Column("tenant", _HASH, nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("agent_id", sa.String(36), nullable=False),
+    sa.Column("definition", sa.Text, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.BigInteger, nullable=False),
+)
+
+checkpoints = sa.Table(
+    "plane_checkpoints",
+    metadata,
+    sa.Column("id", _BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("tenant", _HASH, nullable=False),
+    sa.Column("ckey", _HASH, nullable=False, unique=True),
+    sa.Column("ekey", _HASH, nullable=False),
+    sa.Column("checkpoint_id", sa.Text, nullable=False),
+    sa.Column("execution_id", sa.Text, nullable=False),
+    sa.Column("resource_type", sa.String(16), nullable=False),
+    sa.Column("agent_id", sa.Text),
+    sa.Column("chain_id", sa.Text),
+    sa.Column("node_id", sa.Text, nullable=False),
+    sa.Column("step_index", sa.BigInteger),
+    sa.Column("step_type", sa.Text),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("parent_checkpoint_id", sa.Text),
+    sa.Column("state_snapshot", sa.Text, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text),
+    sa.Column("order_at", sa.BigInteger, nullable=False),
+    sa.Column("sequence", sa.BigInteger),
+    sa.Column("received_at", sa.BigInteger, nullable=False),
+    sqlite_autoincrement=True,
+)
+sa.Index(
+    "ix_plane_checkpoints_run",
+    checkpoints.c.tenant,
+    checkpoints.c.ekey,
+    checkpoints.c.order_at,
+    checkpoints.c.id,
+)
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def hash_key(api_key: str) -> str:
+    """How an API key is stored: its SHA-256 (a key is 256 random bits, so a fast hash is enough)."""
+    return hashlib.sha256(api_key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who a key belongs to: a domain and a project, and whether the domain is entitled."""
+
+    domain_id: str
+    project_id: str
+    entitled: bool
+    key_id: str
+
+    @property
+    def key(self) -> str:
+        """The hash every row of this tenant carries."""
+        return _hash(self.domain_id, self.project_id)
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A key just made: ``api_key`` is shown once and never stored."""
+
+    api_key: str
+    key_id: str
+    domain_id: str
+    project_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One validated item, ready to insert."""
+
+    checkpoint_id: str
+    execution_id: str
+    values: dict[str, Any]
+
+
+def _now() -> int:
+    return to_micros(system_clock())
+
+
+def order_micros(created_at: Any, fallback: int | None) -> int | None:
+    """The ordering time of an item: its ``created_at`` when readable (no offset: UTC), else ``fallback``."""
+    if isinstance(created_at, str) and created_at:
+        try:
+            parsed = datetime.fromisoformat(created_at)
+        except ValueError:
+            return fallback
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return to_micros(parsed)
+    return fallback
+
+
+class PlaneStorage:
+    """The plane's database. ``url``: a SQLAlchemy URL (``sqlite:///plane.db``, ``postgresql+psycopg://…``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        for prefix in ("postgresql://", "postgres://"):
+            if url.startswith(prefix):
+                url = "postgresql+psycopg://" + url[len(prefix) :]
+        try:
+            sa_url = sa.make_url(url)
+        except sa.exc.ArgumentError as exc:
+            raise ConfigError(
+                f"cannot open the plane database {redact_url(self.url)!r}: not a database URL; "
+                "use sqlite:///plane.db or postgresql+psycopg://user@host/db"
+            ) from exc
+        self.sqlite = sa_url.get_backend_name() == "sqlite"
+        if self.sqlite:
+            self.engine = sa.create_engine(sa_url, pool_size=8, max_overflow=16)
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = sa.create_engine(sa_url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+        with self.engine.begin() as conn:
+            metadata.create_all(conn)
+
+    def __repr__(self) -> str:
+        return f"<PlaneStorage {redact_url(self.url)}>"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _tx(self) -> Iterator[SAConnection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @property
+    def _insert(self) -> Any:
+        return sqlite_dialect.insert if self.sqlite else pg_dialect.insert
+
+    # ------------------------------------------------------------------ keys and domains
+
+    def create_key(
+        self, domain_id: str, project_id: str, *, entitled: bool | None = None
+    ) -> NewKey:
+        """Make an API key for (domain, project); ``entitled`` also sets the domain's entitlement."""
+        for what, value in (("domain", domain_id), ("project", project_id)):
+            if (
+                not isinstance(value, str)
+                or not value.strip()
+                or len(value) > 255
+                or "\x00" in value
+            ):
+                raise ConfigError(
+                    f"cannot create a key: the {what} {str(value)[:80]!r} must be a non-empty name "
+                    "of at most 255 characters without NUL"
+                )
+        api_key = "dpk_" + secrets.token_urlsafe(32)
+        key_id = secrets.token_hex(6)
+        with self._tx() as conn:
+            conn.execute(
+                api_keys.insert().values(
+                    key_hash=hash_key(api_key),
+                    key_id=key_id,
+                    domain_id=domain_id,
+                    project_id=project_id,
+                    created_at=_now(),
+                )
+            )
+            self._set_domain(conn, domain_id, entitled)
+        return NewKey(api_key, key_id, domain_id, project_id)
+
+    def set_entitlement(self, domain_id: str, entitled: bool) -> None:
+        """Grant or revoke the domain's ``connected_state_plane`` entitlement."""
+        with self._tx() as conn:
+            self._set_domain(conn, domain_id, entitled)
+
+    def _set_domain(self, conn: SAConnection, domain_id: str, entitled: bool | None) -> None:
+        values = {"connected_state_plane": bool(entitled), "updated_at": _now()}
+        stmt = self._insert(domains).values(domain_id=domain_id, **values)
+        if entitled is None:
+            conn.execute(stmt.on_conflict_do_nothing(index_elements=["domain_id"]))
+        else:
+            conn.execute(stmt.on_conflict_do_update(index_elements=["domain_id"], set_=values))
+
+    def authenticate(self, api_key: str) -> Tenant | None:
+        """The tenant of an unrevoked key, or ``None`` (the key is looked up by its hash)."""
+        if not api_key:
+            return None
+        query = (
+            sa.select(
+                api_keys.c.domain_id,
+                api_keys.c.project_id,
+                api_keys.c.key_id,
+                domains.c.connected_state_plane,
+            )
+            .select_from(api_keys.outerjoin(domains, domains.c.domain_id == api_keys.c.domain_id))
+            .where(api_keys.c.key_hash == hash_key(api_key), api_keys.c.revoked_at.is_(None))
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None
+        return Tenant(row.domain_id, row.project_id, bool(row.connected_state_plane), row.key_id)
+
+    def entitled_domains(self) -> list[tuple[str, bool]]:
+        with self.engine.connect() as conn:
+            return [
+                (r.domain_id, bool(r.connected_state_plane))
+                for r in conn.execute(sa.select(domains).order_by(domains.c.domain_id))
+            ]
+
+    # ------------------------------------------------------------------ agents
+
+    def upsert_agent(self, tenant: Tenant, name: str, definition: dict[str, Any]) -> dict[str, Any]:
+        """Register (or update, by name within the tenant) an agent; returns its plane record."""
+        akey = _hash(tenant.key, name)
+        with self._tx() as conn:
+            current = conn.execute(
+                sa.select(agents).where(agents.c.akey == akey, agents.c.tenant == tenant.key)
+            ).first()
+            agent_id = current.agent_id if current is not None else str(uuid.uuid4())
+            version = (current.version + 1) if current is not None else 1
+            values = {
+                "definition": orjson.dumps(definition).decode(),
+                "version": version,
+                "updated_at": _now(),
+            }
+            stmt = self._insert(agents).values(
+                akey=akey, tenant=tenant.key, name=name, agent_id=agent_id, **values
+            )
+            conn.execute(stmt.on_conflict_do_update(index_elements=["akey"], set_=values))
+        return {"id": agent_id, "agent_id": agent_id, "name": name, "version": version}
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def insert(self, tenant: Tenant, rows: Sequence[Row]) -> tuple[int, dict[str, str]]:
+        """Insert new rows (idempotent); returns the count stored and ids refused as conflicts."""
+        if not rows:
+            return 0, {}
+        tenant_key = tenant.key
+        by_key: dict[str, Row] = {}
+        for row in rows:
+            by_key.setdefault(_hash(tenant_key, row.checkpoint_id), row)
+        conflicts: dict[str, str] = {}
+        with self._tx() as conn:
+            keys = list(by_key)
+            existing: dict[str, str] = {}
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                query = sa.select(checkpoints.c.ckey, checkpoints.c.execution_id).where(
+                    checkpoints.c.ckey.in_(chunk)
+                )
+                existing.update((r.ckey, r.execution_id) for r in conn.execute(query))
+            fresh = []
+            received = _now()
+            for ckey, row in by_key.items():
+                if ckey in existing:
+                    if existing[ckey] != row.execution_id:
+                        conflicts[row.checkpoint_id] = (
+                            "checkpoint_id is already stored for another execution; checkpoint ids must be unique per project"
+                        )
+                    continue
+                fresh.append(
+                    {
+                        **row.values,
+                        "tenant": tenant_key,
+                        "ckey": ckey,
+                        "ekey": _hash(tenant_key, row.execution_id),
+                        "received_at": received,
+                        "order_at": row.values["order_at"]
+                        if row.values["order_at"] is not None
+                        else received,
+                    }
+                )
+            stored = 0
+            if fresh:
+                # Keys absent at the SELECT above; a concurrent plane inserting the same id
+                # meanwhile is absorbed by ON CONFLICT (and counted here, which is harmless).
+                conn.execute(
+                    self._insert(checkpoints).on_conflict_do_nothing(index_elements=["ckey"]), fresh
+                )
+                stored = len(fresh)
+        return stored, conflicts
+
+    def _run_query(self, tenant: Tenant, execution_id: str) -> sa.Select[Any]:
+        return sa.select(checkpoints).where(
+            checkpoints.c.tenant == tenant.key,
+            checkpoints.c.ekey == _hash(tenant.key, execution_id),
+            checkpoints.c.execution_id == execution_id,
+        )
+
+    def latest(self, tenant: Tenant, execution_id: str) -> dict[str, Any] | None:
+        """The execution's latest item, or ``None``."""
+        query = (
+            self._run_query(tenant, execution_id)
+            .order_by(checkpoints.c.order_at.desc(), checkpoints.c.id.desc())
+            .limit(1)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else item_of(row)
+
+    def history(
+        self, tenant: Tenant, execution_id: str, *, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the execution's items, oldest first, and the cursor of the next page."""
+        query = self._run_query(tenant, execution_id)
+        after = _parse_cursor(cursor)
+        if after is not None:
+            at, ident = after
+            query = query.where(
+                sa.or_(
+                    checkpoints.c.order_at > at,
+                    sa.and_(checkpoints.c.order_at == at, checkpoints.c.id > ident),
+                )
+            )
+        query = query.order_by(checkpoints.c.order_at, checkpoints.c.id).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(query))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = f"{rows[-1].order_at}.{rows[-1].id}" if more and rows else None
+        return [item_of(r) for r in rows], next_cursor
+
+    def runs(
+        self, tenant: Tenant, *, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of run health: per execution its latest row, its checkpoint count and its health."""
+        c = checkpoints.c
+        where = [c.tenant == tenant.key]
+        if cursor:
+            where.append(c.ekey > cursor)
+        ranked = (
+            sa.select(
+                c.ekey,
+                c.execution_id,
+                c.resource_type,
+                c.agent_id,
+                c.chain_id,
+                c.node_id,
+                c.step_index,
+                c.step_type,
+                c.status,
+                c.created_at,
+                c.received_at,
+                sa.func.row_number()
+                .over(partition_by=c.ekey, order_by=(c.order_at.desc(), c.id.desc()))
+                .label("rn"),
+                sa.func.count().over(partition_by=c.ekey).label("checkpoints"),
+            )
+            .where(*where)
+            .subquery()
+        )
+        query = sa.select(ranked).where(ranked.c.rn == 1).order_by(ranked.c.ekey).limit(limit + 1)
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(query))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = [
+            {
+                "execution_id": r.execution_id,
+                "health": health(r.step_type, r.status),
+                "status": r.status,
+                "node_id": r.node_id,
+                "step_index": r.step_index,
+                "step_type": r.step_type,
+                "checkpoints": int(r.checkpoints),
+                "resource_type": r.resource_type,
+                "agent_id": r.agent_id,
+                "chain_id": r.chain_id,
+                "last_created_at": r.created_at,
+                "last_received_at": from_micros(r.received_at).isoformat(),
+            }
+            for r in rows
+        ]
+        return items, (rows[-1].ekey if more and rows else None)
+
+    def count(self, tenant: Tenant | None = None) -> int:
+        """How many checkpoints the plane holds (for one tenant)."""
+        query = sa.select(sa.func.count()).select_from(checkpoints)
+        if tenant is not None:
+            query = query.where(checkpoints.c.tenant == tenant.key)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+
+def health(step_type: str | None, status: str) -> str:
+    """A run's health from its latest row: ``completed`` only with a run end, else ``last step done``."""
+    if step_type == "run_end":
+        return "failed" if status == "failed" else "completed"
+    if status in ("interrupted", "failed"):
+        return status
+    return "last step done"
+
+
+def item_of(row: Any) -> dict[str, Any]:
+    """A stored row as the wire item it came from (plus ``received_at``)."""
+    return {
+        "checkpoint_id": row.checkpoint_id,
+        "execution_id": row.execution_id,
+        "resource_type": row.resource_type,
+        "agent_id": row.agent_id,
+        "chain_id": row.chain_id,
+        "node_id": row.node_id,
+        "step_index": row.step_index,
+        "step_type": row.step_type,
+        "status": row.status,
+        "parent_checkpoint_id": row.parent_checkpoint_id,
+        "state_snapshot": orjson.loads(row.state_snapshot),
+        "metadata": orjson.loads(row.metadata),
+        "created_at": row.created_at,
+        "sequence": row.sequence,
+        "received_at": from_micros(row.received_at).isoformat(),
+    }
+
+
+def _parse_cursor(cursor: str | None) -> tuple[int, int] | None:
+    if not cursor:
+        return None
+    at, _, ident = cursor.partition(".")
+    try:
+        return int(at), int(ident)
+    except ValueError:
+        raise ConfigError(
+            f"cursor {cursor[:80]!r} is not one this plane issued; start from the first page"
+        ) from None
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()

@@ -1,0 +1,366 @@
+"""The plane client: every HTTP call to a checkpoint plane, and the one place errors are mapped.
+
+:class:`PlaneClient` speaks the fastaiagent public API (reference ``fastaiagent-wire.md``): the
+same headers (``X-API-Key``, ``Content-Type``, ``User-Agent``, ``X-FAA-Protocol``), the ingest
+door, latest and history reads, agent registration and the connect-time auth check. Every
+transport failure (connect, timeouts, dropped connections, protocol errors) is mapped to a
+:class:`~durability.errors.ReplicationError` in :meth:`PlaneClient._send`, and every ingest answer
+is classified in :func:`classify_ingest` — nothing else in the package looks at a status code.
+
+The API key is held privately: it is sent in one header and never appears in a repr, a log line
+or an exception message. Ids in paths are percent-encoded as one segment (a ``/``, ``?``, ``#``
+or ``..`` in an execution id never changes the path; reference §6.7).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from durability._version import __version__
+from durability.errors import ConfigError, ReplicationError
+
+logger = logging.getLogger("durability.replication")
+
+#: The plane wire version announced in ``X-FAA-Protocol`` (the fastaiagent 1.94 protocol).
+PROTOCOL = "v1.11"
+PROTOCOL_HEADER = "X-FAA-Protocol"
+
+#: The statuses that mean "this payload is unacceptable": re-sending it can only fail again.
+PAYLOAD_REFUSALS = frozenset({400, 409, 413, 422})
+
+#: Reasons are kept to this many characters, as the fastaiagent SDK keeps them.
+REASON_MAX = 300
+
+INGEST_PATH = "/public/v1/checkpoints/ingest"
+
+Outcome = Literal["ok", "refused", "buffered"]
+
+
+@dataclass(frozen=True, slots=True)
+class IngestAnswer:
+    """What one ingest POST came to.
+
+    * ``ok``: a 2xx; ``rejections`` maps checkpoint ids the plane refused one by one to the
+      reason to record (``plane rejected: …``).
+    * ``refused``: a payload refusal (400, 409, 413, 422) of the whole batch; ``reason`` is
+      ``HTTP <code> from /checkpoints/ingest: <detail>``; ``named`` holds the checkpoint ids the
+      plane's answer names as offenders (this project's plane names the first one).
+    * ``buffered``: anything else (401, 403, 404, 408, 429, 3xx, 5xx, a transport error); the
+      rows stay in the outbox. ``retry_after`` is the plane's ``Retry-After`` in seconds, if any.
+    """
+
+    outcome: Outcome
+    status: int | None
+    reason: str = ""
+    rejections: dict[str, str] = field(default_factory=dict)
+    named: tuple[str, ...] = ()
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """One page of a thread's history on the plane, oldest first; ``cursor`` is ``None`` at the end."""
+
+    items: list[dict[str, Any]]
+    cursor: str | None
+
+
+def normalize_target(target: str) -> str:
+    """The plane URL without trailing slashes; an explicit ``http://`` or ``https://`` is required."""
+    text = (target or "").strip().rstrip("/")
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme not in ("http", "https"):
+        raise ConfigError(
+            f"cannot use the plane target {text[:200]!r}: give an explicit http:// or https:// URL, "
+            "e.g. https://plane.example.com (http:// only for loopback development)"
+        )
+    return text
+
+
+def path_segment(value: str) -> str:
+    """``value`` percent-encoded as one path segment (``.`` too, so ``..`` is never a dot-segment)."""
+    return quote(value, safe="").replace(".", "%2E")
+
+
+def classify_ingest(response: httpx.Response, batch_ids: set[str]) -> IngestAnswer:
+    """Classify the answer to an ingest POST (the one place ingest status codes are read)."""
+    code = response.status_code
+    if 200 <= code < 300:
+        return IngestAnswer("ok", code, rejections=_rejections(response, batch_ids))
+    detail = (response.text or "").strip()[:REASON_MAX]
+    reason = f"HTTP {code} from /checkpoints/ingest: {detail or '(no body)'}"[:REASON_MAX]
+    if code in PAYLOAD_REFUSALS:
+        return IngestAnswer("refused", code, reason, named=_named(response, batch_ids))
+    return IngestAnswer("buffered", code, reason, retry_after=_retry_after(response))
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _rejections(response: httpx.Response, batch_ids: set[str]) -> dict[str, str]:
+    """Per-item refusals in a 2xx body; ids outside the batch are ignored (reference §6.20)."""
+    body = _json(response)
+    out: dict[str, str] = {}
+    if not isinstance(body, dict) or not isinstance(body.get("rejections"), list):
+        return out
+    for item in body["rejections"]:
+        if isinstance(item, dict) and isinstance(item.get("checkpoint_id"), str):
+            checkpoint_id = item["checkpoint_id"]
+            if checkpoint_id in batch_ids:
+                why = str(item.get("reason") or "no reason given")
+                out[checkpoint_id] = f"plane rejected: {why}"[:REASON_MAX]
+    return out
+
+
+def _named(response: httpx.Response, batch_ids: set[str]) -> tuple[str, ...]:
+    body = _json(response)
+    if not isinstance(body, dict):
+        return ()
+    names = body.get("checkpoint_ids")
+    if not isinstance(names, list):
+        names = [body.get("checkpoint_id")]
+    return tuple(n for n in names if isinstance(n, str) and n in batch_ids)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "")))
+    except ValueError:
+        return None
+
+
+class PlaneClient:
+    """HTTP access to one plane with one API key.
+
+    Args:
+        target: The plane's base URL (``https://…``; a path prefix is kept).
+        api_key: The key the plane issued (scoped to a domain and project).
+        http: An ``httpx.Client`` to send through (tests inject one); by default the client
+            makes its own, with ``timeout`` seconds for connect, read, write and pool, and does
+            not follow redirects (a 3xx leaves rows buffered).
+        timeout: Seconds per phase of a request.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        api_key: str,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(api_key, str) or not api_key.strip():
+            raise ConfigError(
+                "cannot connect to a plane without an API key; create one with "
+                "`durability plane keys create` (or take it from your plane's console)"
+            )
+        self.target = normalize_target(target)
+        self.__key = api_key
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.Client(timeout=timeout)
+
+    def __repr__(self) -> str:
+        return f"<PlaneClient {self.target}>"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers of every call (the key included: never log this)."""
+        return {
+            "X-API-Key": self.__key,
+            "Content-Type": "application/json",
+            "User-Agent": f"durability/{__version__}",
+            PROTOCOL_HEADER: PROTOCOL,
+        }
+
+    def close(self) -> None:
+        """Close the HTTP client this object made (an injected one is left to its owner)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> PlaneClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport (one place)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        content: bytes | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        """Send one request; every transport failure becomes a retryable ``ReplicationError``."""
+        try:
+            return self._http.request(
+                method,
+                self.target + path,
+                content=content,
+                params=params,
+                headers=self.headers,
+                follow_redirects=False,
+            )
+        except httpx.HTTPError as exc:
+            raise ReplicationError(
+                f"cannot {action}: the plane {self.target} did not answer "
+                f"({type(exc).__name__}); the rows stay buffered and are retried",
+                retryable=True,
+                hint="check that the plane is running and reachable",
+            ) from None
+
+    # ------------------------------------------------------------------ calls
+
+    def ingest(self, body: bytes, batch_ids: set[str]) -> IngestAnswer:
+        """POST a prepared ``{"checkpoints": […]}`` body to the ingest door and classify the answer."""
+        try:
+            response = self._send("POST", INGEST_PATH, action="send checkpoints", content=body)
+        except ReplicationError as exc:
+            return IngestAnswer("buffered", None, f"transport error: {exc}"[:REASON_MAX])
+        return classify_ingest(response, batch_ids)
+
+    def auth_check(self) -> dict[str, Any]:
+        """``GET /public/v1/auth/check``: the key's domain, project, scopes and the plane's limits.
+
+        Raises:
+            ReplicationError: ``retryable=False`` when the plane refuses the key (401/403);
+                ``retryable=True`` when it cannot be reached or answers otherwise.
+        """
+        response = self._send("GET", "/public/v1/auth/check", action="check the API key")
+        if response.status_code in (401, 403):
+            raise ReplicationError(
+                f"cannot connect to {self.target}: the plane refused the API key "
+                f"(HTTP {response.status_code}); check the key, its domain and its project",
+                retryable=False,
+                hint="create a key with `durability plane keys create`",
+            )
+        if response.status_code != 200:
+            raise ReplicationError(
+                f"cannot check the API key at {self.target}: HTTP {response.status_code}",
+                retryable=True,
+            )
+        body = _json(response)
+        return body if isinstance(body, dict) else {}
+
+    def register_agent(self, name: str, definition: dict[str, Any] | None = None) -> str:
+        """``POST /public/v1/sdk/agents`` (an upsert by name): the agent's plane id."""
+        payload = {"name": name, **(definition or {})}
+        response = self._send(
+            "POST",
+            "/public/v1/sdk/agents",
+            action="register an agent",
+            content=orjson.dumps(payload),
+        )
+        body = _json(response)
+        agent_id = None
+        if response.is_success and isinstance(body, dict):
+            agent_id = body.get("id") or body.get("agent_id")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise ReplicationError(
+                f"cannot register agent {name[:80]!r} at {self.target}: HTTP {response.status_code}; "
+                "rows keep sending the agent's name as agent_id",
+                retryable=response.status_code >= 500,
+            )
+        return agent_id
+
+    def latest(self, thread_id: str) -> dict[str, Any] | None:
+        """``GET /public/v1/checkpoints/{id}/latest``: the plane's latest item, or ``None`` (404)."""
+        response = self._send(
+            "GET",
+            f"/public/v1/checkpoints/{path_segment(thread_id)}/latest",
+            action="read the latest checkpoint from the plane",
+        )
+        if response.status_code == 404:
+            return None
+        body = self._checked(response, "read the latest checkpoint")
+        if not isinstance(body, dict):
+            raise ReplicationError(
+                f"cannot read the latest checkpoint from {self.target}: the answer is not an object",
+                retryable=False,
+            )
+        return body
+
+    def history(
+        self, thread_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> HistoryPage | None:
+        """One page of ``GET /public/v1/checkpoints/{id}`` (oldest first).
+
+        Returns ``None`` when the plane answers 404 on that path: it does not serve history
+        (an older or foreign plane), and a caller falls back to :meth:`latest`. This project's
+        plane answers an unknown thread with an empty page, never a 404.
+        """
+        params: dict[str, Any] = {"limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        response = self._send(
+            "GET",
+            f"/public/v1/checkpoints/{path_segment(thread_id)}",
+            action="read a thread's history from the plane",
+            params=params,
+        )
+        if response.status_code == 404:
+            return None
+        body = self._checked(response, "read a thread's history")
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise ReplicationError(
+                f"cannot read a thread's history from {self.target}: unexpected answer shape",
+                retryable=False,
+            )
+        next_cursor = body.get("next_cursor")
+        return HistoryPage(body["items"], next_cursor if isinstance(next_cursor, str) else None)
+
+    def iter_history(
+        self, thread_id: str, *, page_size: int = 500
+    ) -> Iterator[dict[str, Any]] | None:
+        """Every history item of the thread, page by page; ``None`` when history is not served."""
+        first = self.history(thread_id, limit=page_size)
+        if first is None:
+            return None
+
+        def pages(page: HistoryPage) -> Iterator[dict[str, Any]]:
+            while True:
+                yield from page.items
+                if page.cursor is None:
+                    return
+                nxt = self.history(thread_id, limit=page_size, cursor=page.cursor)
+                if nxt is None:
+                    return
+                page = nxt
+
+        return pages(first)
+
+    def supports_history(self) -> bool:
+        """Whether the plane serves history (a 404 on the history path means it does not)."""
+        return self.history("durability-history-probe", limit=1) is not None
+
+    def runs(self, *, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """One page of ``GET /public/v1/runs`` (fleet run health)."""
+        params: dict[str, Any] = {"limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        response = self._send("GET", "/public/v1/runs", action="read run health", params=params)
+        body = self._checked(response, "read run health")
+        return body if isinstance(body, dict) else {}
+
+    def _checked(self, response: httpx.Response, action: str) -> Any:
+        if not response.is_success:
+            raise ReplicationError(
+                f"cannot {action} from {self.target}: HTTP {response.status_code} "
+                f"{(response.text or '').strip()[:200]}",
+                retryable=response.status_code >= 500 or response.status_code in (408, 429),
+            )
+        return _json(response)

@@ -1,0 +1,396 @@
+"""Connections: a store and a project bound to a plane, and the one drain thread per database.
+
+:func:`connect` checks the key with the plane (``GET /public/v1/auth/check``), learns the caps it
+announces, records the connection in the store (so other processes, a CLI sweep say, know the
+store replicates; never the key), and starts draining. Several connections per process are fine,
+one per (store database, project): each drains only its project's rows. Rows of a project nobody
+connected stay buffered, and ``durability outbox status`` shows them as such. Not connected,
+strictly nothing is sent.
+
+All connections on one store database share one :class:`~durability.replication.outbox.DrainWorker`
+thread, woken by the store's write listener. A write never waits for it. :meth:`Connection.close`
+(and :func:`disconnect`) drains synchronously, up to a timeout, before the connection lets go of
+its key.
+
+A store without outbox operations (a custom store) gives a connection that does nothing: it
+never sends and never fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from durability.errors import ReplicationError
+from durability.replication.client import IngestAnswer, PlaneClient
+from durability.replication.outbox import (
+    Backoff,
+    DrainReport,
+    DrainWorker,
+    PlaneLimits,
+    drain_once,
+    supports_outbox,
+)
+from durability.replication.wire import CLEAR, PayloadEncoder
+from durability.stores.base import Store, redact_url
+
+logger = logging.getLogger("durability.replication")
+
+#: Default batch caps: rows per ingest request, and the stored bytes of those rows.
+BATCH_ROWS = 500
+BATCH_BYTES = 4 * 1024 * 1024
+
+
+def database_key(store: Store) -> str:
+    """What identifies a store's database within this process (one drain thread per value)."""
+    schema = getattr(getattr(store, "options", None), "schema", None)
+    return f"{store.provider}|{store.url}|{schema or ''}"
+
+
+class Connection:
+    """A store and a project replicating to a plane. Make one with :func:`connect`.
+
+    Args:
+        store: The store whose outbox to drain.
+        target: The plane's URL (``https://…``).
+        api_key: The plane's API key (kept private: never in a repr, log or message).
+        project_id: The local project whose rows this connection sends (rows are stamped
+            with ``Checkpoint.project_id``; default ``""``).
+        http: An ``httpx.Client`` to send through (tests inject one).
+        encoder: How ``state`` is sent (the BYOK seam; default clear).
+        limits: Caps to check before sending; default: what the plane announces at connect.
+        batch_rows, batch_bytes: Caps of one ingest request.
+        background: ``False``: no drain thread; call :meth:`drain` or
+            :func:`~durability.replication.outbox.drain_once` yourself.
+        backoff: The retry delays of the drain thread.
+        timeout: Seconds per phase of an HTTP request.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        target: str,
+        api_key: str,
+        *,
+        project_id: str = "",
+        http: httpx.Client | None = None,
+        encoder: PayloadEncoder = CLEAR,
+        limits: PlaneLimits | None = None,
+        batch_rows: int = BATCH_ROWS,
+        batch_bytes: int = BATCH_BYTES,
+        background: bool = True,
+        backoff: Backoff | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        if batch_rows < 1 or batch_bytes < 1:
+            raise ReplicationError(
+                f"cannot connect: batch_rows={batch_rows} and batch_bytes={batch_bytes} must be positive",
+                retryable=False,
+            )
+        self.store = store
+        self.client = PlaneClient(target, api_key, http=http, timeout=timeout)
+        self.target = self.client.target
+        self.project_id = project_id
+        self.encoder = encoder
+        self.limits = limits if limits is not None else PlaneLimits()
+        self._limits_given = limits is not None
+        self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
+        self.background = background
+        self.backoff = backoff
+        self.replicating = supports_outbox(store)
+        self.active = False
+        self.plane_identity: dict[str, Any] = {}
+        self._agent_ids: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._in_use = threading.Lock()
+        self._close_client_after_drain = False
+        self._warned: set[int | None] = set()
+        self.last_error: str | None = None
+        self.retry_after: float | None = None
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "closed"
+        return f"<Connection {redact_url(self.store.url)} project={self.project_id!r} → {self.target} {state}>"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self, *, verify: bool = True) -> Connection:
+        """Check the key, record the connection in the store and start draining.
+
+        A 401/403 at the auth check raises :class:`ReplicationError` and leaves nothing behind.
+        A plane that cannot be reached is not an error: the connection is made, rows stay
+        buffered and the drain retries.
+        """
+        if self.active:
+            return self
+        if not self.replicating:
+            logger.info(
+                "the %s store %r keeps no outbox, so it does not replicate; connecting is a no-op",
+                self.store.provider or type(self.store).__name__,
+                self.store,
+            )
+            self.active = True
+            return self
+        if verify:
+            try:
+                self.plane_identity = self.client.auth_check()
+            except ReplicationError as exc:
+                if not exc.retryable:
+                    self.client.close()
+                    raise
+                logger.warning("%s; connected anyway, rows stay buffered until it answers", exc)
+            if not self._limits_given:
+                self.limits = PlaneLimits.announced(self.plane_identity.get("limits"))
+        _registry.attach(self)
+        self.active = True
+        self.store.record_connection(self.project_id, self.target)
+        _registry.wake(self)
+        return self
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Drain synchronously (up to ``timeout`` seconds), then disconnect.
+
+        Returns ``True`` when the last pass finished within the timeout. The key is dropped only
+        after the drain that uses it has finished (a drain still running at the timeout keeps it
+        until it ends, then closes it).
+        """
+        if not self.active:
+            return True
+        finished = True
+        if self.replicating:
+            finished = _registry.drain_now(self, timeout)
+        self.active = False
+        if not self.replicating:
+            return finished
+        _registry.detach(self)
+        try:
+            self.store.forget_connection(self.project_id)
+        except Exception:  # the store may be closed already; the record is advisory
+            logger.debug("could not forget the connection record", exc_info=True)
+        if self._in_use.acquire(timeout=max(0.0, timeout) if not finished else 1.0):
+            try:
+                self.client.close()
+            finally:
+                self._in_use.release()
+        else:
+            self._close_client_after_drain = True
+        return finished
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def draining(self) -> Iterator[bool]:
+        """Held by a drain pass: yields whether the connection may send now."""
+        with self._in_use:
+            try:
+                yield self.active and self.replicating
+            finally:
+                if self._close_client_after_drain:
+                    self._close_client_after_drain = False
+                    self.client.close()
+
+    # ------------------------------------------------------------------ draining
+
+    def drain(self, timeout: float | None = 30.0) -> DrainReport | bool:
+        """Drain now: through the drain thread (``True`` if the pass finished within ``timeout``),
+        or on the caller's thread when the connection has none (the pass's report)."""
+        if not self.active or not self.replicating:
+            return DrainReport()
+        if self.background:
+            return _registry.drain_now(self, timeout)
+        return drain_once(self)
+
+    def wake(self) -> None:
+        """Ask the drain thread for a pass (what a write does)."""
+        _registry.wake(self)
+
+    @property
+    def worker(self) -> DrainWorker | None:
+        """The drain thread this connection's store database uses, if any."""
+        return _registry.worker_of(self)
+
+    # ------------------------------------------------------------------ agents
+
+    def register_agent(self, name: str, definition: dict[str, Any] | None = None) -> str | None:
+        """Register an agent with the plane; later batches send its plane id as ``agent_id``.
+
+        Best-effort: on failure the rows keep sending the name, and ``None`` is returned.
+        """
+        try:
+            agent_id = self.client.register_agent(name, definition)
+        except ReplicationError as exc:
+            logger.warning("%s", exc)
+            return None
+        with self._lock:
+            self._agent_ids[name] = agent_id
+        return agent_id
+
+    def agent_ids(self) -> dict[str, str]:
+        """Registered agent names → plane ids (a copy, taken when a batch is mapped)."""
+        with self._lock:
+            return dict(self._agent_ids)
+
+    # ------------------------------------------------------------------ plane state (logged once)
+
+    def note_unavailable(self, answer: IngestAnswer, rows: int) -> None:
+        """Record a buffered answer; log it once per status until the plane takes rows again."""
+        self.last_error, self.retry_after = answer.reason, answer.retry_after
+        if answer.status in self._warned:
+            return
+        self._warned.add(answer.status)
+        if answer.status == 403:
+            logger.warning(
+                "the plane %s refused %d checkpoints with HTTP 403: the domain is probably missing the "
+                "connected_state_plane entitlement; they stay buffered and are sent once it is granted",
+                self.target,
+                rows,
+            )
+        else:
+            logger.warning(
+                "the plane %s could not take %d checkpoints (%s); they stay buffered and are retried",
+                self.target,
+                rows,
+                answer.reason,
+            )
+
+    def note_available(self) -> None:
+        """The plane answered a request: forget the buffered-state warnings."""
+        self._warned.clear()
+        self.last_error = self.retry_after = None
+
+
+# ---------------------------------------------------------------------------- the process registry
+
+
+class _Database:
+    """The connections of one store database in this process, and their drain thread."""
+
+    def __init__(self, key: str, backoff: Backoff | None) -> None:
+        self.key = key
+        self.connections: list[Connection] = []
+        self.worker = DrainWorker(self.step, name=f"durability-drain:{key[:60]}", backoff=backoff)
+
+    def step(self) -> DrainReport:
+        report = DrainReport()
+        for conn in list(self.connections):
+            report += drain_once(conn)
+        return report
+
+    def listener(self, store: Store) -> None:
+        self.worker.wake()
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._databases: dict[str, _Database] = {}
+
+    def attach(self, conn: Connection) -> None:
+        key = database_key(conn.store)
+        with self._lock:
+            db = self._databases.get(key)
+            if db is not None and any(c.project_id == conn.project_id for c in db.connections):
+                raise ReplicationError(
+                    f"cannot connect project {conn.project_id!r} of {conn.store!r}: this process already "
+                    "has a connection for it; close that one first (one connection per project and store)",
+                    retryable=False,
+                )
+            if db is None:
+                db = self._databases[key] = _Database(key, conn.backoff)
+            db.connections.append(conn)
+            if conn.background:
+                conn.store.add_write_listener(db.listener)
+                db.worker.start()
+
+    def detach(self, conn: Connection) -> None:
+        key = database_key(conn.store)
+        with self._lock:
+            db = self._databases.get(key)
+            if db is None or conn not in db.connections:
+                return
+            db.connections.remove(conn)
+            if not any(c.store is conn.store and c.background for c in db.connections):
+                conn.store.remove_write_listener(db.listener)
+            if not db.connections:
+                del self._databases[key]
+                db.worker.stop(timeout=0)
+
+    def _db(self, conn: Connection) -> _Database | None:
+        with self._lock:
+            return self._databases.get(database_key(conn.store))
+
+    def worker_of(self, conn: Connection) -> DrainWorker | None:
+        db = self._db(conn)
+        return db.worker if db is not None and db.worker.running else None
+
+    def wake(self, conn: Connection) -> None:
+        worker = self.worker_of(conn)
+        if worker is not None:
+            worker.wake()
+
+    def drain_now(self, conn: Connection, timeout: float | None) -> bool:
+        worker = self.worker_of(conn)
+        if worker is not None and conn.background:
+            return worker.drain_now(timeout)
+        drain_once(conn)
+        return True
+
+    def connections(self) -> list[Connection]:
+        with self._lock:
+            return [c for db in self._databases.values() for c in db.connections]
+
+
+_registry = _Registry()
+
+
+def connect(
+    store: Store,
+    target: str,
+    api_key: str,
+    *,
+    project_id: str = "",
+    verify: bool = True,
+    **options: Any,
+) -> Connection:
+    """Connect ``store``'s project ``project_id`` to the plane at ``target`` and start draining.
+
+    ``options`` are :class:`Connection`'s (``http``, ``encoder``, ``limits``, ``batch_rows``,
+    ``batch_bytes``, ``background``, ``backoff``, ``timeout``).
+
+    Raises:
+        ReplicationError: The plane refused the key (401/403), or this process already
+            connected that project of that store.
+    """
+    return Connection(store, target, api_key, project_id=project_id, **options).open(verify=verify)
+
+
+def disconnect(
+    store: Store | None = None, *, project_id: str | None = None, timeout: float = 10.0
+) -> bool:
+    """Drain and close this process's connections (of ``store`` / ``project_id`` when given).
+
+    Returns ``True`` when every final drain finished within ``timeout`` seconds.
+    """
+    finished = True
+    for conn in _registry.connections():
+        if store is not None and database_key(conn.store) != database_key(store):
+            continue
+        if project_id is not None and conn.project_id != project_id:
+            continue
+        finished = conn.close(timeout) and finished
+    return finished
+
+
+def active_connections() -> list[Connection]:
+    """This process's open connections."""
+    return _registry.connections()

@@ -1,0 +1,538 @@
+"""The drain: one pass of the outbox to the plane, and the thin thread that repeats it.
+
+:func:`drain_once` sends a connection's oldest unsynced rows as batches (capped by rows and by
+bytes) until its project has none left or the plane stops taking them:
+
+* a 2xx marks the batch synced, except the ids the plane rejected one by one, which are
+  quarantined with its reason (``plane rejected: …``);
+* a payload refusal of the whole batch (400, 409, 413, 422) is bisected until each offender
+  stands alone, and each is quarantined with the reason the plane gave for it alone. When the
+  refusal names the offending checkpoint (this project's plane does) that row is tried alone at
+  once and the rest sent together, which is two requests per offender instead of two per level;
+* anything else (401, 403, 404, 408, 429, 3xx, 5xx, a transport error) leaves the rows where they
+  are, without an age or count bound, and the pass stops; the worker retries on a capped backoff.
+
+Before anything is sent, a row over a cap the plane announced (its state over 1 MiB, a
+``step_type`` over 40 characters, …) is quarantined locally, and a row the drain cannot map is
+too, so no row can stall the outbox. A run end quarantined either way is followed by a
+state-stripped copy of itself (same checkpoint id, empty payloads), so the plane still learns
+that the run finished; the original is marked quarantined only once that copy has landed.
+Every request records an attempt (and its error) on the rows it carried.
+
+:class:`DrainWorker` is the loop: it waits on an event (set by a write, by connect and by
+disconnect), runs a pass, and while rows stay buffered retries on a capped exponential backoff.
+A write during a pass sets the event again, so the next pass starts at once (no lost wakeup), and
+the pass itself fetches again after every batch, so the write is usually sent by the same pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from durability.clock import system_clock
+from durability.model import STEP_RUN_END
+from durability.replication.client import REASON_MAX, IngestAnswer
+from durability.replication.wire import WireRow, to_wire
+from durability.stores.base import EncodedCheckpoint, RowKey, Store
+
+if TYPE_CHECKING:
+    from durability.replication.connection import Connection
+
+logger = logging.getLogger("durability.replication")
+
+_BODY_OPEN = b'{"checkpoints":['
+_BODY_CLOSE = b"]}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneLimits:
+    """Caps the plane announced (``limits`` in its auth-check answer), checked before sending.
+
+    The defaults are the fastaiagent plane's documented caps (reference §5): a 1 MiB
+    ``state_snapshot`` (measured as its JSON on the wire), ``step_type`` of at most 40 characters,
+    ``agent_id`` of at most 255.
+    """
+
+    state_bytes: int = 1_048_576
+    step_type_chars: int = 40
+    agent_id_chars: int = 255
+
+    @classmethod
+    def announced(cls, limits: Any) -> PlaneLimits:
+        """The limits in a plane's announcement; missing or malformed values keep the defaults."""
+        if not isinstance(limits, dict):
+            return cls()
+        values = {
+            name: limits[name]
+            for name in ("state_bytes", "step_type_chars", "agent_id_chars")
+            if isinstance(limits.get(name), int) and limits[name] > 0
+        }
+        return cls(**values)
+
+    def violation(self, row: WireRow) -> str | None:
+        """Why the plane would refuse this row for its size, or ``None``."""
+        item = row.item
+        if row.state_bytes > self.state_bytes:
+            return (
+                f"checkpoint {item['checkpoint_id'][:80]!r}: state_snapshot is {row.state_bytes} bytes, "
+                f"over the plane's {self.state_bytes}-byte cap"
+            )
+        step_type = item.get("step_type")
+        if isinstance(step_type, str) and len(step_type) > self.step_type_chars:
+            return f"step_type is {len(step_type)} characters, over the plane's {self.step_type_chars}-character limit"
+        agent_id = item.get("agent_id")
+        if isinstance(agent_id, str) and len(agent_id) > self.agent_id_chars:
+            return f"agent_id is {len(agent_id)} characters, over the plane's {self.agent_id_chars}-character limit"
+        return None
+
+
+@dataclass(slots=True)
+class DrainReport:
+    """What one drain pass did.
+
+    ``buffered`` counts rows left in the outbox because the plane could not take them (not
+    because of their payload); ``last_error`` is the reason of the last such answer and
+    ``retry_after`` the plane's ``Retry-After``, if it sent one.
+    """
+
+    synced: int = 0
+    quarantined: int = 0
+    buffered: int = 0
+    requests: int = 0
+    bytes_sent: int = 0
+    last_error: str | None = None
+    retry_after: float | None = None
+
+    def __iadd__(self, other: DrainReport) -> DrainReport:
+        self.synced += other.synced
+        self.quarantined += other.quarantined
+        self.buffered += other.buffered
+        self.requests += other.requests
+        self.bytes_sent += other.bytes_sent
+        self.last_error = other.last_error or self.last_error
+        self.retry_after = other.retry_after if other.retry_after is not None else self.retry_after
+        return self
+
+
+def supports_outbox(store: Store) -> bool:
+    """Whether the store keeps an outbox (a custom store without one simply does not replicate)."""
+    return bool(store.capabilities.replicates)
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One item of a batch: the row's key, its wire form, and what an ack means for the row."""
+
+    key: RowKey
+    row: EncodedCheckpoint
+    wire: WireRow
+    #: Set for a state-stripped stand-in: the reason the original is quarantined once it lands.
+    stand_in_for: str | None = None
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.row.checkpoint_id
+
+
+@dataclass(slots=True)
+class _Outcome:
+    synced: list[RowKey] = field(default_factory=list)
+    quarantined: dict[RowKey, str] = field(default_factory=dict)
+    #: Run ends quarantined by the plane: each gets a state-stripped stand-in.
+    refused_ends: list[tuple[_Entry, str]] = field(default_factory=list)
+
+
+class _Pass:
+    """One drain pass over one connection (the state of its batches and bisections)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.report = DrainReport()
+
+    # ------------------------------------------------------------------ sending
+
+    def post(self, entries: list[_Entry]) -> IngestAnswer:
+        body = _BODY_OPEN + b",".join(e.wire.body for e in entries) + _BODY_CLOSE
+        answer = self.conn.client.ingest(body, {e.checkpoint_id for e in entries})
+        self.report.requests += 1
+        self.report.bytes_sent += len(body)
+        error = None if answer.outcome == "ok" else answer.reason
+        self.conn.store.record_attempt([e.key for e in entries], error)
+        if answer.outcome == "buffered":
+            self.conn.note_unavailable(answer, len(entries))
+        else:
+            self.conn.note_available()
+        return answer
+
+    def accept(self, entries: list[_Entry], answer: IngestAnswer, out: _Outcome) -> None:
+        for e in entries:
+            rejected = answer.rejections.get(e.checkpoint_id)
+            if e.stand_in_for is not None:
+                out.quarantined[e.key] = e.stand_in_for
+                if rejected is not None:
+                    logger.warning(
+                        "the plane also refused the state-stripped run end of thread %r: %s",
+                        e.row.thread_id[:80],
+                        rejected,
+                    )
+            elif rejected is None:
+                out.synced.append(e.key)
+            else:
+                self.quarantine(e, rejected, out)
+
+    def quarantine(self, entry: _Entry, reason: str, out: _Outcome) -> None:
+        if entry.stand_in_for is not None:
+            out.quarantined[entry.key] = entry.stand_in_for
+        elif entry.row.step_type == STEP_RUN_END:
+            out.refused_ends.append((entry, reason))
+        else:
+            out.quarantined[entry.key] = reason
+
+    def isolate(self, entries: list[_Entry], refusal: IngestAnswer, out: _Outcome) -> bool:
+        """Bisect a refused batch until each offender stands alone; ``False`` if the plane stopped answering."""
+        if len(entries) == 1:
+            self.quarantine(entries[0], refusal.reason, out)
+            return True
+        named = next((e for e in entries if e.checkpoint_id in refusal.named), None)
+        if named is not None:
+            groups = [[named], [e for e in entries if e is not named]]
+        else:
+            middle = len(entries) // 2
+            groups = [entries[:middle], entries[middle:]]
+        for group in groups:
+            answer = self.post(group)
+            if answer.outcome == "ok":
+                self.accept(group, answer, out)
+            elif answer.outcome == "refused":
+                if not self.isolate(group, answer, out):
+                    return False
+            else:
+                self.report.buffered += len(group)
+                return False
+        return True
+
+    # ------------------------------------------------------------------ one batch
+
+    def batch(self, rows: list[EncodedCheckpoint]) -> bool:
+        """Send one fetched batch; ``False`` when the plane could not take it (stop the pass)."""
+        conn = self.conn
+        agent_ids = conn.agent_ids()
+        out = _Outcome()
+        entries: list[_Entry] = []
+        for row in rows:
+            key: RowKey = (row.thread_id, row.seq or 0)
+            try:
+                wire = to_wire(row, agent_ids=agent_ids, encoder=conn.encoder)
+            except Exception as exc:  # a row nothing can send must not stall the others
+                out.quarantined[key] = _cut(
+                    f"not sent: the stored row cannot be mapped to the wire ({type(exc).__name__}: {exc})"
+                )
+                continue
+            cap = conn.limits.violation(wire)
+            if cap is None:
+                entries.append(_Entry(key, row, wire))
+            elif row.step_type == STEP_RUN_END:
+                entries.append(self.stand_in(_Entry(key, row, wire), _cut(f"not sent: {cap}")))
+            else:
+                out.quarantined[key] = _cut(f"not sent: {cap}")
+        complete = True
+        if entries:
+            answer = self.post(entries)
+            if answer.outcome == "ok":
+                self.accept(entries, answer, out)
+            elif answer.outcome == "refused":
+                complete = self.isolate(entries, answer, out)
+            else:
+                self.report.buffered += len(entries)
+                complete = False
+        if out.refused_ends:
+            complete = self.send_stand_ins(out) and complete
+        self.apply(out)
+        return complete
+
+    def stand_in(self, entry: _Entry, reason: str) -> _Entry:
+        wire = to_wire(
+            entry.row, agent_ids=self.conn.agent_ids(), encoder=self.conn.encoder, stripped=reason
+        )
+        return _Entry(entry.key, entry.row, wire, stand_in_for=reason)
+
+    def send_stand_ins(self, out: _Outcome) -> bool:
+        """Send a state-stripped run end for each refused one; quarantine the originals once it lands."""
+        stand_ins = [self.stand_in(entry, reason) for entry, reason in out.refused_ends]
+        out.refused_ends = []
+        answer = self.post(stand_ins)
+        if answer.outcome == "buffered":
+            # The originals stay pending: the next pass is refused again and tries again.
+            self.report.buffered += len(stand_ins)
+            return False
+        if answer.outcome == "refused":
+            logger.warning(
+                "the plane refused %d state-stripped run end(s) too: %s",
+                len(stand_ins),
+                answer.reason,
+            )
+        for e in stand_ins:
+            out.quarantined[e.key] = e.stand_in_for or ""
+        return True
+
+    def apply(self, out: _Outcome) -> None:
+        store = self.conn.store
+        if out.synced:
+            store.mark_synced(out.synced)
+            self.report.synced += len(out.synced)
+        if out.quarantined:
+            store.mark_quarantined(out.quarantined)
+            self.report.quarantined += len(out.quarantined)
+            for (thread_id, seq), reason in out.quarantined.items():
+                logger.warning(
+                    "quarantined checkpoint seq %s of thread %r: %s (the plane's copy of the run "
+                    "is incomplete; `durability outbox release` re-queues it)",
+                    seq,
+                    thread_id[:80],
+                    reason,
+                )
+
+
+def drain_once(conn: Connection) -> DrainReport:
+    """Send the connection's unsynced rows until none are left or the plane stops taking them.
+
+    Safe to call from any thread; passes over one connection never overlap (a second caller
+    waits for the first). Never raises for anything the plane does; a store that cannot be read
+    raises its own :class:`~durability.errors.StoreError`.
+    """
+    with conn.draining() as active:
+        if not active:
+            return DrainReport()
+        one = _Pass(conn)
+        seen: set[RowKey] = set()
+        while conn.active:
+            rows = conn.store.fetch_unsynced_encoded(
+                limit=conn.batch_rows, max_bytes=conn.batch_bytes, project_id=conn.project_id
+            )
+            keys = {(r.thread_id, r.seq or 0) for r in rows}
+            if not rows or keys <= seen:
+                if rows:
+                    logger.error(
+                        "the store %r did not record the outcome of %d rows; stopping this pass",
+                        conn.store,
+                        len(rows),
+                    )
+                break
+            seen |= keys
+            if not one.batch(rows):
+                break
+        report = one.report
+    if report.buffered:
+        report.last_error = conn.last_error
+        report.retry_after = conn.retry_after
+    return report
+
+
+def _cut(reason: str) -> str:
+    return reason[:REASON_MAX]
+
+
+# ---------------------------------------------------------------------------- the worker
+
+
+class Backoff:
+    """Capped exponential delays: ``initial``, then ×``factor`` up to ``cap``, with ± ``jitter``."""
+
+    def __init__(
+        self,
+        initial: float = 0.5,
+        cap: float = 60.0,
+        *,
+        factor: float = 2.0,
+        jitter: float = 0.1,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.initial, self.cap, self.factor, self.jitter = initial, cap, factor, jitter
+        self._rng = rng
+        self._current = 0.0
+
+    def next(self, at_least: float | None = None) -> float:
+        """The next delay in seconds (at least ``at_least``, e.g. a ``Retry-After``, up to ``cap``)."""
+        self._current = min(
+            self.cap, self._current * self.factor if self._current else self.initial
+        )
+        delay = self._current * (1 + self.jitter * (2 * self._rng() - 1))
+        return min(self.cap, max(delay, at_least or 0.0))
+
+    def reset(self) -> None:
+        """Start again from ``initial`` (after a pass that left nothing buffered)."""
+        self._current = 0.0
+
+
+class DrainWorker:
+    """A stoppable thread that runs ``step`` whenever woken, and on a backoff while rows are buffered.
+
+    Args:
+        step: One drain pass (e.g. every connection of one store database).
+        name: The thread's name.
+        backoff: Delays between passes while rows stay buffered (inject a fast one in tests).
+        idle_interval: Seconds between passes when nothing woke it (picks up rows other
+            processes or other handles wrote).
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], DrainReport],
+        *,
+        name: str = "durability-drain",
+        backoff: Backoff | None = None,
+        idle_interval: float = 30.0,
+    ) -> None:
+        self._step = step
+        self.name = name
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.idle_interval = idle_interval
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done = threading.Condition()
+        self._requested = 0
+        self._completed = 0
+        self._thread: threading.Thread | None = None
+        #: The delays the worker waited after failed passes (newest last; for inspection).
+        self.delays: list[float] = []
+        self.last_report: DrainReport | None = None
+        self.last_pass_at: datetime | None = None
+
+    def __repr__(self) -> str:
+        return f"<DrainWorker {self.name} {'running' if self.running else 'stopped'}>"
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> DrainWorker:
+        """Start the thread (a no-op if it runs)."""
+        if not self.running:
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Ask for a pass soon; never blocks (a write calls this on its own thread)."""
+        self._wake.set()
+
+    def drain_now(self, timeout: float | None = None) -> bool:
+        """Wake the worker and wait until a pass that started after this call has finished."""
+        with self._done:
+            self._requested += 1
+            target = self._requested
+        self._wake.set()
+        with self._done:
+            return self._done.wait_for(lambda: self._completed >= target, timeout)
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop the thread after its current pass; ``True`` if it ended within ``timeout``."""
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def __enter__(self) -> DrainWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        delay: float | None = None
+        while not self._stopping.is_set():
+            self._wake.wait(self.idle_interval if delay is None else delay)
+            if self._stopping.is_set():
+                break
+            self._wake.clear()
+            with self._done:
+                started = self._requested
+            failed, retry_after = True, None
+            try:
+                report = self._step()
+                self.last_report = report
+                failed, retry_after = report.buffered > 0, report.retry_after
+            except Exception:  # the loop must outlive any failed pass
+                logger.exception("a drain pass of %s failed; retrying on the backoff", self.name)
+            self.last_pass_at = system_clock()
+            with self._done:
+                self._completed = max(self._completed, started)
+                self._done.notify_all()
+            if failed:
+                delay = self.backoff.next(retry_after)
+                self.delays.append(delay)
+                del self.delays[:-100]
+            else:
+                self.backoff.reset()
+                delay = None
+
+
+# ---------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectOutbox:
+    """One project's outbox in a store: counts, the oldest pending row, and its connection."""
+
+    project_id: str
+    pending: int
+    synced: int
+    quarantined: int
+    oldest_pending_at: datetime | None
+    connected_to: str | None
+
+
+def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbox]:
+    """Per project: pending, synced and quarantined rows, the oldest pending row's time, and the
+    plane it replicates to (``None``: no connection recorded, so its rows stay buffered).
+
+    Raises:
+        CapabilityError: The store keeps no outbox.
+    """
+    counts: dict[str, list[Any]] = {}
+    after: int | None = None
+    while True:
+        page = store.outbox(after_seq=after, limit=page_size)
+        for e in page:
+            c = counts.setdefault(e.project_id, [0, 0, 0, None])
+            c[("pending", "synced", "quarantined").index(e.state)] += 1
+            if e.state == "pending" and (c[3] is None or e.created_at < c[3]):
+                c[3] = e.created_at
+        if len(page) < page_size:
+            break
+        after = page[-1].seq
+    targets = {c.project_id: c.target for c in store.connections()}
+    for project in targets:
+        counts.setdefault(project, [0, 0, 0, None])
+    return [
+        ProjectOutbox(p, c[0], c[1], c[2], c[3], targets.get(p)) for p, c in sorted(counts.items())
+    ]
+
+
+def keys_of(entries: Iterable[Any]) -> list[RowKey]:
+    """Row keys of outbox entries (for ``mark_synced``, ``release`` …)."""
+    return [(e.thread_id, e.seq) for e in entries]
+
+
+__all__ = [
+    "Backoff",
+    "DrainReport",
+    "DrainWorker",
+    "PlaneLimits",
+    "ProjectOutbox",
+    "drain_once",
+    "keys_of",
+    "outbox_status",
+    "supports_outbox",
+]

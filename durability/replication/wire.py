@@ -1,0 +1,368 @@
+"""The fastaiagent wire item, both ways (reference ``fastaiagent-wire.md`` §3.5 and §4.1).
+
+A checkpoint goes to the plane as exactly the item the fastaiagent SDK sends, so one plane serves
+both. What that item has no field for rides in one extension object, ``metadata["durability"]``,
+marked with :data:`CODEC_MARK`: the namespace, the run id, the original status (the wire only
+knows ``completed``, ``interrupted`` and ``failed``), the store's ``agent_id`` and ``project_id``,
+the user metadata, and which payload fields were wrapped. A fastaiagent plane stores the object
+untouched, so :func:`checkpoint_from_wire` gets the exact checkpoint back.
+
+Payloads travel as the codec's typed JSON: a JSON-native value is itself, anything else (a
+datetime, a dataclass, a tuple) is the codec's envelope, so nothing is decoded on the way out and
+nothing is lost on the way back. The wire wants objects for ``state_snapshot`` and the payload
+fields of ``metadata``; a value that is not a JSON object is sent as ``{"value": …}`` and the
+extension's ``wrapped`` list names it. ``state`` may also pass through a :class:`PayloadEncoder`
+(the seam for customer-held encryption, seed 000's future BYOK); metadata always stays clear.
+
+An item without the extension (one the fastaiagent SDK sent) maps as its own restore does: the
+runner from ``metadata.chain_name``, else ``agent_id``, else ``chain_id``; payloads as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import orjson
+
+from durability import codec
+from durability.clock import as_utc
+from durability.errors import CodecError, RestoreError
+from durability.model import COMPLETED, FAILED, INTERRUPTED, STEP_RUN_END, Checkpoint
+from durability.stores.base import EncodedCheckpoint
+
+#: Marks the extension object and the format of the payloads in the item (the codec's typed JSON).
+CODEC_MARK = "durability.codec/1"
+
+#: The key of the extension object inside the item's ``metadata``.
+EXTENSION_KEY = "durability"
+
+#: The statuses the wire carries; any other is sent as ``completed`` (the extension keeps it).
+WIRE_STATUSES = frozenset({COMPLETED, INTERRUPTED, FAILED})
+
+#: The resource types, read from the root of ``agent_path``.
+RESOURCE_TYPES = ("agent", "chain", "swarm", "supervisor")
+
+_PAYLOAD_FIELDS = ("node_input", "node_output", "interrupt_context")
+
+
+class PayloadEncoder(Protocol):
+    """Turns the wire ``state_snapshot`` into what is sent, and back (the BYOK seam).
+
+    ``encode`` receives the state as a JSON object (the codec's typed JSON, wrapped as
+    ``{"value": …}`` when the state is not an object) and returns the JSON object to send, e.g.
+    ``{"ciphertext": "…", "key_id": "…"}``; ``decode`` reverses it. ``name`` is recorded in the
+    extension so a restore knows which encoder to ask. The default is :class:`ClearPayload`.
+    """
+
+    name: str
+
+    def encode(self, state: dict[str, Any]) -> dict[str, Any]: ...
+
+    def decode(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class ClearPayload:
+    """The default :class:`PayloadEncoder`: ``state`` travels in clear."""
+
+    name = "clear"
+
+    def encode(self, state: dict[str, Any]) -> dict[str, Any]:
+        return state
+
+    def decode(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+
+CLEAR = ClearPayload()
+
+
+def resource_type(agent_path: str | None, node_id: str) -> str:
+    """``agent``, ``chain``, ``swarm`` or ``supervisor``, from the root segment of ``agent_path``.
+
+    Rooting on the path makes every row of one run agree (a swarm's children write under
+    ``swarm:<name>/agent:<child>``, and they are still a swarm's rows).
+    """
+    root = (agent_path or "").split("/", 1)[0]
+    if root.startswith("swarm:"):
+        return "swarm"
+    if root.startswith("supervisor:"):
+        return "supervisor"
+    if root.startswith("agent:") or node_id.startswith("turn:"):
+        return "agent"
+    return "chain"
+
+
+def wire_status(status: str) -> str:
+    """The status the wire carries: the status itself when the wire knows it, else ``completed``."""
+    return status if status in WIRE_STATUSES else COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class WireRow:
+    """One row ready to send: its item, the item's bytes, and the state's size on the wire."""
+
+    item: dict[str, Any]
+    body: bytes
+    state_bytes: int
+
+
+def _as_object(text: str) -> tuple[dict[str, Any], bool]:
+    """The codec text as a JSON object, and whether it had to be wrapped as ``{"value": …}``."""
+    value = orjson.loads(text)
+    if isinstance(value, dict):
+        return value, False
+    return {"value": value}, True
+
+
+def to_wire(
+    row: EncodedCheckpoint,
+    *,
+    agent_ids: Mapping[str, str] | None = None,
+    encoder: PayloadEncoder = CLEAR,
+    stripped: str | None = None,
+) -> WireRow:
+    """Map a stored row to the wire item (reference §3.5), with the extension in ``metadata``.
+
+    Args:
+        row: The row as the store keeps it (payloads as codec text).
+        agent_ids: Agent names this connection registered with the plane → their plane ids;
+            resolved here, when the batch is mapped, so every row of a run gets the same id.
+        encoder: How ``state`` is sent (default: in clear).
+        stripped: When set, send a state-stripped copy (empty payloads; the reason is kept in
+            the extension): what the plane gets for a run end it refused for size.
+    """
+    if stripped is None:
+        state, state_wrapped = _as_object(row.state)
+        payloads = {name: _as_object(getattr(row, name)) for name in _PAYLOAD_FIELDS}
+        user_metadata: Any = orjson.loads(row.metadata)
+    else:
+        state, state_wrapped = _stripped_state(row), False
+        payloads = {name: ({}, False) for name in _PAYLOAD_FIELDS}
+        user_metadata = {}
+    wrapped = [name for name, (_, was) in payloads.items() if was]
+    if state_wrapped:
+        wrapped.insert(0, "state")
+    kind = resource_type(row.agent_path, row.node_id)
+    name = row.runner
+    agent_id: str | None = None
+    chain_id: str | None = None
+    if kind == "chain":
+        chain_id = name
+    elif name:
+        agent_id = (agent_ids or {}).get(name, name)
+    extension: dict[str, Any] = {
+        "codec": CODEC_MARK,
+        "namespace": row.namespace,
+        "run_id": row.run_id,
+        "status": row.status,
+        "agent_id": row.agent_id,
+        "project_id": row.project_id,
+        "metadata": user_metadata,
+        "wrapped": wrapped,
+        "payload": encoder.name,
+    }
+    if stripped is not None:
+        extension["stripped"] = stripped
+    sent_state = encoder.encode(state)
+    item: dict[str, Any] = {
+        "checkpoint_id": row.checkpoint_id,
+        "execution_id": row.thread_id,
+        "resource_type": kind,
+        "agent_id": agent_id,
+        "chain_id": chain_id,
+        "node_id": row.node_id,
+        "step_index": row.step,
+        "step_type": row.step_type,
+        "status": wire_status(row.status),
+        "parent_checkpoint_id": row.parent_checkpoint_id,
+        "state_snapshot": sent_state,
+        "metadata": {
+            "node_input": payloads["node_input"][0],
+            "node_output": payloads["node_output"][0],
+            "iteration": row.iteration,
+            "iteration_counters": orjson.loads(row.iteration_counters),
+            "interrupt_reason": row.interrupt_reason,
+            "interrupt_context": payloads["interrupt_context"][0],
+            "agent_path": row.agent_path,
+            "chain_name": name or None,
+            EXTENSION_KEY: extension,
+        },
+        "created_at": row.created_at.isoformat(),
+        "sequence": row.seq,
+    }
+    body = orjson.dumps(item)
+    if stripped is None and not state_wrapped and encoder is CLEAR:
+        state_bytes = len(row.state.encode("utf-8", "surrogatepass"))
+    else:
+        state_bytes = len(orjson.dumps(sent_state))
+    return WireRow(item, body, state_bytes)
+
+
+def _stripped_state(row: EncodedCheckpoint) -> dict[str, Any]:
+    """What a stripped run end keeps: the run's outcome keys (fastaiagent's run-end vocabulary)."""
+    kept: dict[str, Any] = {"run_status": row.status}
+    try:
+        state = orjson.loads(row.state)
+    except orjson.JSONDecodeError:  # pragma: no cover - the codec wrote it
+        return kept
+    if isinstance(state, dict):
+        for key in ("run_status", "run_error", "run_reason"):
+            value = state.get(key)
+            if isinstance(value, str):
+                kept[key] = value[:2000]
+    return kept
+
+
+def checkpoint_to_wire(
+    cp: Checkpoint,
+    *,
+    agent_ids: Mapping[str, str] | None = None,
+    encoder: PayloadEncoder = CLEAR,
+) -> dict[str, Any]:
+    """The wire item of a checkpoint (``created_at`` and ``checkpoint_id`` must be filled).
+
+    The inverse of :func:`checkpoint_from_wire`: ``checkpoint_from_wire(checkpoint_to_wire(cp))``
+    equals ``cp`` except for the store-filled ``seq`` and ``size_bytes``.
+    """
+    row = EncodedCheckpoint.encode(cp)
+    row.seq = cp.seq
+    return to_wire(row, agent_ids=agent_ids, encoder=encoder).item
+
+
+def is_durability_item(item: Mapping[str, Any]) -> bool:
+    """Whether the item carries this project's extension (else it came from another client)."""
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict):
+        return False
+    extension = metadata.get(EXTENSION_KEY)
+    return isinstance(extension, dict) and extension.get("codec") == CODEC_MARK
+
+
+def checkpoint_from_wire(
+    item: Mapping[str, Any],
+    *,
+    encoders: Mapping[str, PayloadEncoder] | None = None,
+    allowed_modules: tuple[str, ...] = (),
+) -> Checkpoint:
+    """The checkpoint a wire item (as ingested, or as the plane serves it back) describes.
+
+    Args:
+        item: The item, e.g. the body of ``GET …/{execution_id}/latest``.
+        encoders: Payload encoders by name, for a ``state`` sent through one (``clear`` is
+            always known).
+        allowed_modules: Module prefixes the codec may import to revive classes in payloads.
+
+    Raises:
+        RestoreError: The item is not a wire item, names an unknown payload encoder, or holds a
+            payload the codec cannot read back.
+    """
+    if not isinstance(item, Mapping) or not isinstance(item.get("execution_id"), str):
+        raise RestoreError(
+            f"cannot read a checkpoint from the plane's answer {str(item)[:120]!r}: it is not a "
+            "wire item (an object with an execution_id); check that the target is a checkpoint plane"
+        )
+    metadata = item.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    where = f"checkpoint {str(item.get('checkpoint_id'))[:80]!r} of execution {item['execution_id'][:80]!r}"
+    created_at = _parse_time(item.get("created_at"))
+    runner = metadata.get("chain_name") or item.get("agent_id") or item.get("chain_id") or ""
+    common: dict[str, Any] = {
+        "thread_id": item["execution_id"],
+        "checkpoint_id": item.get("checkpoint_id") or "",
+        "parent_checkpoint_id": item.get("parent_checkpoint_id"),
+        "runner": str(runner),
+        "agent_path": metadata.get("agent_path"),
+        "node_id": item.get("node_id") or "",
+        "step": int(item.get("step_index") or 0),
+        "step_type": item.get("step_type"),
+        "iteration": int(metadata.get("iteration") or 0),
+        "interrupt_reason": metadata.get("interrupt_reason"),
+        "created_at": created_at,
+    }
+    if not is_durability_item(item):
+        return Checkpoint(
+            **common,
+            agent_id=item.get("agent_id"),
+            status=item.get("status") or COMPLETED,
+            state=item.get("state_snapshot") or {},
+            node_input=metadata.get("node_input") or {},
+            node_output=metadata.get("node_output") or {},
+            iteration_counters=metadata.get("iteration_counters") or {},
+            interrupt_context=metadata.get("interrupt_context") or {},
+        )
+    extension = metadata[EXTENSION_KEY]
+    wrapped = set(extension.get("wrapped") or ())
+    name = extension.get("payload") or CLEAR.name
+    encoder = CLEAR if name == CLEAR.name else (encoders or {}).get(name)
+    if encoder is None:
+        raise RestoreError(
+            f"cannot read {where}: its state was sent through the payload encoder {name!r}, "
+            "which this process does not have; pass it as encoders={name: encoder}"
+        )
+    state = encoder.decode(item.get("state_snapshot") or {})
+
+    def value(raw: Any, field: str) -> Any:
+        raw = raw if raw is not None else {}
+        if field in wrapped:
+            raw = raw.get("value") if isinstance(raw, dict) else raw
+        try:
+            return codec.loads(orjson.dumps(raw), path=field, allowed_modules=allowed_modules)
+        except CodecError as exc:
+            raise RestoreError(f"cannot read {where}: {exc}") from exc
+
+    return Checkpoint(
+        **common,
+        namespace=str(extension.get("namespace") or ""),
+        run_id=str(extension.get("run_id") or ""),
+        agent_id=extension.get("agent_id"),
+        project_id=str(extension.get("project_id") or ""),
+        status=str(extension.get("status") or item.get("status") or COMPLETED),
+        state=value(state, "state"),
+        node_input=value(metadata.get("node_input"), "node_input"),
+        node_output=value(metadata.get("node_output"), "node_output"),
+        iteration_counters=value(metadata.get("iteration_counters"), "iteration_counters"),
+        interrupt_context=value(metadata.get("interrupt_context"), "interrupt_context"),
+        metadata=value(extension.get("metadata"), "metadata"),
+    )
+
+
+def was_stripped(item: Mapping[str, Any]) -> str | None:
+    """The reason, when the item is a state-stripped run end (its full version was refused)."""
+    if not is_durability_item(item):
+        return None
+    stripped = item["metadata"][EXTENSION_KEY].get("stripped")
+    return str(stripped) if stripped else None
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    # The fastaiagent SDK writes UTC; a time without an offset is read as UTC, not refused.
+    return as_utc(parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC))
+
+
+__all__ = [
+    "CLEAR",
+    "CODEC_MARK",
+    "EXTENSION_KEY",
+    "RESOURCE_TYPES",
+    "STEP_RUN_END",
+    "WIRE_STATUSES",
+    "ClearPayload",
+    "PayloadEncoder",
+    "WireRow",
+    "checkpoint_from_wire",
+    "checkpoint_to_wire",
+    "is_durability_item",
+    "resource_type",
+    "to_wire",
+    "was_stripped",
+    "wire_status",
+]

@@ -1,0 +1,317 @@
+"""A fastaiagent checkpoint store, read in place: ``fastaiagent+sqlite:///.fastaiagent/local.db``
+or ``fastaiagent+postgresql://user@host/db?schema=fastaiagent``.
+
+The fastaiagent SDK (seed 000) keeps one row per checkpoint in ``checkpoints`` and one pending
+human-in-the-loop pause per execution in ``pending_interrupts``. Mapping onto the model:
+
+===========================  ===============================================================
+durability                   fastaiagent
+===========================  ===============================================================
+thread (and run)             ``execution_id``: a fastaiagent execution is a thread of one run
+``checkpoint_id``            ``checkpoint_id`` (``id`` on legacy rows where it is NULL)
+``runner``                   ``chain_name``
+``step``                     ``node_index``
+``node_id``, ``step_type``,  the columns of the same name; a NULL ``step_type`` (rows written
+``status``, ``agent_path``   before schema v20) means "not a run end", NULL status ``completed``
+``state``, ``node_input``,   the JSON columns, parsed (NULL or empty: ``{}``); a column whose
+``node_output``, …           text is not JSON comes back ``{}`` and is named in
+                             ``metadata["unreadable"]`` (the SDK would silently send ``{}``)
+``seq``                      SQLite: the ``rowid`` (write order; the SDK's own ``get_last``
+                             orders by ``created_at`` first). Postgres has no write order, so
+                             ``seq`` ranks rows by ``created_at`` then ``checkpoint_id``
+``size_bytes``               the bytes of the JSON columns as stored
+``project_id``               SQLite's ``project_id``; ``""`` on Postgres (it has none)
+park                         a ``pending_interrupts`` row: reason, context, the interrupted
+                             checkpoint; the SDK records no deadline, so ``deadline`` is its
+                             ``created_at`` plus the waiting retention and ``deadline_source``
+                             is ``"horizon"``
+outbox entry                 ``synced`` and ``sync_error``: pending (``synced = 0``), synced,
+                             or quarantined (``synced = 1`` with the plane's explanation in
+                             ``sync_error``); ``attempts`` is 0 (the SDK keeps no count)
+===========================  ===============================================================
+
+A run end is the row with ``step_type = "run_end"`` (its ``state`` carries ``run_status``,
+``run_error``, ``run_reason``). fastaiagent keeps no ledger, so thread records have no owner,
+declared retention or finished mark.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection as SAConnection
+
+from durability.model import COMPLETED, Checkpoint, OutboxEntry, Park, ThreadRecord
+from durability.stores.base import ThreadPage
+from durability.stores.foreign import ForeignStore, Row, WrittenRow, parse_time
+
+_JSON_FIELDS = (
+    "state_snapshot",
+    "node_input",
+    "node_output",
+    "iteration_counters",
+    "interrupt_context",
+)
+#: Columns read from ``checkpoints`` (older SQLite files lack some; those read as NULL).
+_COLUMNS = (
+    "execution_id",
+    "chain_name",
+    "node_id",
+    "node_index",
+    "status",
+    "iteration",
+    "interrupt_reason",
+    "agent_path",
+    "created_at",
+    "parent_checkpoint_id",
+    "synced",
+    "sync_error",
+    "step_type",
+    *_JSON_FIELDS,
+)
+
+
+class FastAIAgentStore(ForeignStore):
+    """A fastaiagent SQLite ``local.db`` or Postgres schema, read-only."""
+
+    source = "fastaiagent"
+    default_schema = "fastaiagent"
+
+    # ------------------------------------------------------------------ the row query
+
+    def _setup(self) -> None:
+        with self.read("read the fastaiagent schema") as conn:
+            self.require_tables(conn, "checkpoints", "pending_interrupts")
+            self._base = self._base_query(conn)
+
+    def _base_query(self, conn: SAConnection) -> str:
+        """One SELECT giving every checkpoint with normalised columns, ``seq`` and ``size_bytes``."""
+        table = self.table("checkpoints")
+        if self.dialect == "sqlite":
+            present = {r[1] for r in conn.exec_driver_sql("PRAGMA table_info(checkpoints)")}
+            cols = [c if c in present else f"NULL AS {c}" for c in _COLUMNS]
+            checkpoint_id = (
+                "coalesce(checkpoint_id, id)" if "checkpoint_id" in present else "id"
+            ) + " AS checkpoint_id"
+            project = "project_id" if "project_id" in present else "'' AS project_id"
+            size = " + ".join(
+                f"coalesce(length(CAST({c} AS BLOB)), 0)" for c in _JSON_FIELDS if c in present
+            )
+            return (
+                f"SELECT rowid AS seq, {checkpoint_id}, {project}, {', '.join(cols)}, "  # noqa: S608
+                f"({size}) AS size_bytes FROM {table}"
+            )
+        size = " + ".join(f"coalesce(octet_length({c}::text), 0)" for c in _JSON_FIELDS)
+        return (
+            "SELECT row_number() OVER (ORDER BY created_at, checkpoint_id) AS seq, checkpoint_id, "  # noqa: S608
+            f"'' AS project_id, {', '.join(_COLUMNS)}, ({size}) AS size_bytes FROM {table}"
+        )
+
+    def _select(
+        self, where: str = "", order: str = "seq", limit: int | None = None, **params: Any
+    ) -> list[Any]:
+        self.ready()
+        sql = f"SELECT * FROM ({self._base}) AS c" + (f" WHERE {where}" if where else "")  # noqa: S608
+        sql += f" ORDER BY {order}" + (" LIMIT :limit" if limit is not None else "")
+        if limit is not None:
+            params["limit"] = limit
+        with self.read("read checkpoints") as conn:
+            return list(conn.execute(sa.text(sql), params))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _has_any_checkpoint(self) -> bool:
+        return bool(self._select(limit=1))
+
+    def _latest(self, thread_id: str, namespace: str) -> Row | None:
+        if namespace:
+            return None
+        return self._latest_any(thread_id)
+
+    def _latest_any(self, thread_id: str) -> Row | None:
+        rows = self._select("execution_id = :t", "seq DESC", 1, t=thread_id)
+        return _row(rows[0]) if rows else None
+
+    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> Row | None:
+        if namespace:
+            return None
+        rows = self._select(
+            "execution_id = :t AND checkpoint_id = :c", limit=1, t=thread_id, c=checkpoint_id
+        )
+        return _row(rows[0]) if rows else None
+
+    def _history(
+        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
+    ) -> list[Row]:
+        if namespace:
+            return []
+        where = "execution_id = :t" + (" AND seq > :after" if after_seq is not None else "")
+        return [_row(r) for r in self._select(where, limit=limit, t=thread_id, after=after_seq)]
+
+    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[WrittenRow]:
+        return []  # fastaiagent keeps no pending writes (its put_writes is a no-op)
+
+    # ------------------------------------------------------------------ threads
+
+    def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
+        where = "execution_id > :cursor" if cursor is not None else ""
+        records = self._records(where, limit, cursor=cursor)
+        return ThreadPage(records, records[-1].thread_id if len(records) == limit else None)
+
+    def _thread_record(self, thread_id: str) -> ThreadRecord | None:
+        records = self._records("execution_id = :t", 1, t=thread_id)
+        return records[0] if records else None
+
+    def _records(self, where: str, limit: int, **params: Any) -> list[ThreadRecord]:
+        self.ready()
+        sql = (
+            "SELECT execution_id, count(*) AS n, sum(size_bytes) AS size, max(created_at) AS "  # noqa: S608
+            f"newest_at, max(seq) AS newest_seq FROM ({self._base}) AS c"
+            + (f" WHERE {where}" if where else "")
+            + " GROUP BY execution_id ORDER BY execution_id LIMIT :limit"
+        )
+        with self.read("list threads") as conn:
+            rows = conn.execute(sa.text(sql), {**params, "limit": limit})
+            return [
+                ThreadRecord(
+                    thread_id=r.execution_id,
+                    run_id=r.execution_id,
+                    checkpoints=int(r.n),
+                    size_bytes=int(r.size or 0),
+                    newest_at=parse_time(r.newest_at),
+                    newest_seq=int(r.newest_seq),
+                )
+                for r in rows
+            ]
+
+    # ------------------------------------------------------------------ parks
+
+    def _parks(self) -> list[Park]:
+        return self._read_parks("")
+
+    def _get_park(self, thread_id: str) -> Park | None:
+        parks = self._read_parks("WHERE p.execution_id = :t", t=thread_id)
+        return parks[0] if parks else None
+
+    def _read_parks(self, where: str, **params: Any) -> list[Park]:
+        self.ready()
+        # The interrupted checkpoint the pause belongs to: the execution's last one.
+        sql = (
+            "SELECT p.execution_id, p.chain_name, p.node_id, p.reason, p.context, p.created_at, "  # noqa: S608
+            f"(SELECT c.checkpoint_id FROM ({self._base}) AS c WHERE c.execution_id = p.execution_id "
+            "AND c.status = 'interrupted' ORDER BY c.seq DESC LIMIT 1) AS checkpoint_id "
+            f"FROM {self.table('pending_interrupts')} AS p {where}"
+        )
+        waiting = self.settings.waiting_retention
+        with self.read("list parks") as conn:
+            parks = []
+            for r in conn.execute(sa.text(sql), params):
+                created = parse_time(r.created_at)
+                parks.append(
+                    Park(
+                        thread_id=r.execution_id,
+                        run_id=r.execution_id,
+                        checkpoint_id=r.checkpoint_id or "",
+                        node_id=r.node_id,
+                        runner=r.chain_name,
+                        reason=r.reason,
+                        context=_json(r.context)[0],
+                        created_at=created,
+                        deadline=(created or self.clock()) + waiting,
+                        deadline_source="horizon",
+                    )
+                )
+            return parks
+
+    # ------------------------------------------------------------------ outbox
+
+    def _outbox(
+        self,
+        state: str | None,
+        project_id: str | None,
+        thread_id: str | None,
+        after_seq: int | None,
+        limit: int | None,
+    ) -> list[OutboxEntry]:
+        synced = "synced" if self.dialect == "postgres" else "synced = 1"
+        clauses = {
+            None: None,
+            "pending": "NOT synced" if self.dialect == "postgres" else "synced = 0",
+            "synced": f"{synced} AND sync_error IS NULL",
+            "quarantined": f"{synced} AND sync_error IS NOT NULL",
+        }
+        where = [w for w in (clauses[state],) if w]
+        if project_id is not None:
+            where.append("project_id = :p")
+        if thread_id is not None:
+            where.append("execution_id = :t")
+        if after_seq is not None:
+            where.append("seq > :after")
+        rows = self._select(
+            " AND ".join(where), limit=limit, p=project_id, t=thread_id, after=after_seq
+        )
+        return [
+            OutboxEntry(
+                thread_id=r.execution_id,
+                checkpoint_id=r.checkpoint_id,
+                namespace="",
+                seq=int(r.seq),
+                project_id=r.project_id or "",
+                created_at=parse_time(r.created_at) or _EPOCH,
+                size_bytes=int(r.size_bytes or 0),
+                synced=bool(r.synced),
+                sync_error=r.sync_error,
+                step_type=r.step_type,
+            )
+            for r in rows
+        ]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _json(value: Any) -> tuple[Any, bool]:
+    """A JSON column's value and whether it was readable (NULL or empty reads as ``{}``)."""
+    if value is None or value == "":
+        return {}, True
+    if not isinstance(value, str):
+        return value, True  # Postgres JSONB arrives decoded
+    try:
+        return json.loads(value), True
+    except ValueError:
+        return {}, False
+
+
+def _row(r: Any) -> Row:
+    parsed = {name: _json(getattr(r, name)) for name in _JSON_FIELDS}
+    unreadable = [name for name, (_, ok) in parsed.items() if not ok]
+    counters = parsed["iteration_counters"][0]
+    return Row(
+        Checkpoint(
+            thread_id=r.execution_id,
+            run_id=r.execution_id,
+            checkpoint_id=r.checkpoint_id,
+            parent_checkpoint_id=r.parent_checkpoint_id,
+            runner=r.chain_name or "",
+            agent_path=r.agent_path,
+            node_id=r.node_id or "",
+            step=int(r.node_index or 0),
+            step_type=r.step_type,
+            status=r.status or COMPLETED,
+            state=parsed["state_snapshot"][0],
+            node_input=parsed["node_input"][0],
+            node_output=parsed["node_output"][0],
+            iteration=int(r.iteration or 0),
+            iteration_counters=counters if isinstance(counters, dict) else {},
+            interrupt_reason=r.interrupt_reason,
+            interrupt_context=parsed["interrupt_context"][0],
+            created_at=parse_time(r.created_at),
+            metadata={"unreadable": unreadable} if unreadable else {},
+            project_id=r.project_id or "",
+            seq=int(r.seq),
+            size_bytes=int(r.size_bytes or 0),
+        )
+    )
