@@ -11,16 +11,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from conftest import REDIS_URL, drop_redis_prefix, redis_admin
 from redis.crc import key_slot
 
 import durability
 from durability import Checkpoint, PendingWrite
-from durability.errors import CheckpointDeleteError, CheckpointConflict, ConfigError
+from durability.errors import CheckpointConflict, CheckpointDeleteError, ConfigError
 from durability.settings import Settings, declare_retention
 from durability.stores import redis_lua
 from durability.stores.redis import RedisStore, thread_tag
 from durability.testing import HOSTILE_IDS
-from conftest import REDIS_URL, drop_redis_prefix, redis_admin
 
 pytestmark = pytest.mark.redis
 
@@ -78,11 +78,30 @@ def test_every_key_of_a_thread_maps_to_one_slot(open_redis: Opener, admin: Any) 
         keys = thread_keys(store, thread_id)
         assert len(keys) == len(redis_lua.THREAD_KEYS)
         assert len({key_slot(k.encode()) for k in keys}) == 1, thread_id
-    globals_ = [store._k_threads, store._k_finished, store._k_parks, store._k_outbox, store._k_quarantine, store._k_connections, store._k_format]
+    globals_ = [
+        store._k_threads,
+        store._k_finished,
+        store._k_parks,
+        store._k_outbox,
+        store._k_quarantine,
+        store._k_connections,
+        store._k_format,
+    ]
     assert len({key_slot(k.encode()) for k in globals_}) == 1
     # And nothing a write creates lives outside those keys.
     cp = store.put(Checkpoint(thread_id="{slot}", state={"a": 1}))
-    store.put_writes([PendingWrite(thread_id="{slot}", checkpoint_id=cp.checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id="{slot}",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=1,
+            )
+        ]
+    )
     store.record_run_start("{slot}", run_id="r", owner="o")
     store.mark_finished("{slot}")
     store.park(Checkpoint(thread_id="{slot}"), deadline=store.clock() + timedelta(days=1))
@@ -99,7 +118,9 @@ def test_every_write_gives_all_keys_one_expiry(open_redis: Opener, admin: Any) -
     def check(what: str, retention_ms: int) -> int:
         expiries = expiry_ms(admin, keys)
         assert len(expiries) >= 2, what
-        assert len(set(expiries.values())) == 1, f"{what}: keys expire at different times {expiries}"
+        assert len(set(expiries.values())) == 1, (
+            f"{what}: keys expire at different times {expiries}"
+        )
         (at,) = set(expiries.values())
         assert abs(at - (server_ms(admin) + retention_ms)) < 5_000, what
         return at
@@ -107,14 +128,30 @@ def test_every_write_gives_all_keys_one_expiry(open_redis: Opener, admin: Any) -
     cp = store.put(Checkpoint(thread_id="t-ttl", state={"n": 1}))
     first = check("put", month)
     time.sleep(0.01)
-    store.put_writes([PendingWrite(thread_id="t-ttl", checkpoint_id=cp.checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id="t-ttl",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=1,
+            )
+        ]
+    )
     assert check("put_writes", month) > first
     store.acquire_lease("t-ttl", "w", timedelta(minutes=5))
     check("lease", month)
     store.park(Checkpoint(thread_id="t-ttl"), deadline=store.clock() + timedelta(days=1))
     check("park", month)
     # A declared waiting retention is the TTL of every key, from that ledger write on.
-    store.record_run_start("t-ttl", run_id="r2", owner="flow", retention=declare_retention(store.settings, waiting="1h"))
+    store.record_run_start(
+        "t-ttl",
+        run_id="r2",
+        owner="flow",
+        retention=declare_retention(store.settings, waiting="1h"),
+    )
     check("run start with a declared retention", 3_600_000)
     store.mark_finished("t-ttl")
     check("mark", 3_600_000)
@@ -128,7 +165,18 @@ def test_reads_never_extend_an_expiry(open_redis: Opener, admin: Any) -> None:
     """Every read leaves PEXPIRETIME of every key exactly as the last write set it."""
     store = open_redis()
     cp = store.put(Checkpoint(thread_id="t-read", state={"n": 1}))
-    store.put_writes([PendingWrite(thread_id="t-read", checkpoint_id=cp.checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id="t-read",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=1,
+            )
+        ]
+    )
     store.park(Checkpoint(thread_id="t-read"), deadline=store.clock() + timedelta(days=1))
     store.mark_finished("t-read")
     keys = thread_keys(store, "t-read")
@@ -155,9 +203,22 @@ def test_a_thread_expires_whole(open_redis: Opener, admin: Any) -> None:
     """With a 1 s retention the thread's keys vanish together: no moment shows some without others."""
     store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
     cp = store.put(Checkpoint(thread_id="t-whole", state={"n": 1}))
-    store.put_writes([PendingWrite(thread_id="t-whole", checkpoint_id=cp.checkpoint_id, task_id="t", idx=0, channel="c", value=1)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id="t-whole",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=1,
+            )
+        ]
+    )
     store.record_run_start("t-whole", run_id="r", owner="o")
-    store.park(Checkpoint(thread_id="t-whole"), deadline=store.clock() + timedelta(milliseconds=900))
+    store.park(
+        Checkpoint(thread_id="t-whole"), deadline=store.clock() + timedelta(milliseconds=900)
+    )
     keys = [k for k in thread_keys(store, "t-whole") if admin.exists(k)]
     assert len(keys) >= 8
     seen: set[int] = set()
@@ -168,16 +229,22 @@ def test_a_thread_expires_whole(open_redis: Opener, admin: Any) -> None:
             pipe.exists(key)
         present = sum(pipe.execute())
         seen.add(present)
-        assert present in (0, len(keys)), f"{present} of {len(keys)} keys left: the thread expired in pieces"
+        assert present in (0, len(keys)), (
+            f"{present} of {len(keys)} keys left: the thread expired in pieces"
+        )
         if present == 0:
             break
         time.sleep(0.02)
     assert seen == {len(keys), 0}
-    assert store.latest("t-whole") is None and store.thread("t-whole") is None
-    assert [r.thread_id for r in store.iter_threads()] == [] and store.parks() == []
+    assert store.latest("t-whole") is None
+    assert store.thread("t-whole") is None
+    assert [r.thread_id for r in store.iter_threads()] == []
+    assert store.parks() == []
 
 
-def test_unreplicated_rows_outlive_their_thread_when_the_store_replicates(open_redis: Opener, admin: Any) -> None:
+def test_unreplicated_rows_outlive_their_thread_when_the_store_replicates(
+    open_redis: Opener, admin: Any
+) -> None:
     """Replicating: a pending row keeps its outbox entry (whole document) after the thread expires, until marked synced."""
     settings = Settings(waiting_retention=timedelta(seconds=1))
     store = open_redis(settings=settings)
@@ -188,7 +255,8 @@ def test_unreplicated_rows_outlive_their_thread_when_the_store_replicates(open_r
     deadline = time.monotonic() + 5
     while store.latest("t-kept") is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert store.latest("t-kept") is None and store.thread("t-kept") is None
+    assert store.latest("t-kept") is None
+    assert store.thread("t-kept") is None
     again = open_redis(settings=settings)  # another process, after the thread expired
     pending = again.fetch_unsynced()
     assert [c.checkpoint_id for c in pending] == [kept.checkpoint_id]
@@ -196,11 +264,16 @@ def test_unreplicated_rows_outlive_their_thread_when_the_store_replicates(open_r
     assert [e.state for e in again.outbox(thread_id="t-kept")] == ["pending", "quarantined"]
     assert again.release() == 1
     again.mark_synced([("t-kept", kept.seq or 0), ("t-kept", quarantined.seq or 0)])
-    assert again.fetch_unsynced() == [] and again.outbox() == []
-    assert not [k for k in thread_keys(again, "t-kept") if admin.exists(k)], "nothing is left behind"
+    assert again.fetch_unsynced() == []
+    assert again.outbox() == []
+    assert not [k for k in thread_keys(again, "t-kept") if admin.exists(k)], (
+        "nothing is left behind"
+    )
 
 
-def test_unreplicated_rows_expire_with_their_thread_when_nothing_replicates(open_redis: Opener) -> None:
+def test_unreplicated_rows_expire_with_their_thread_when_nothing_replicates(
+    open_redis: Opener,
+) -> None:
     """Without a recorded connection nothing will ever send a row: it expires with its thread."""
     store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
     store.put(Checkpoint(thread_id="t-gone"))
@@ -208,7 +281,8 @@ def test_unreplicated_rows_expire_with_their_thread_when_nothing_replicates(open
     deadline = time.monotonic() + 5
     while store.fetch_unsynced() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert store.fetch_unsynced() == [] and store.latest("t-gone") is None
+    assert store.fetch_unsynced() == []
+    assert store.latest("t-gone") is None
 
 
 def test_seqs_of_pending_rows_are_never_reused_after_expiry(open_redis: Opener) -> None:
@@ -232,7 +306,10 @@ def test_a_resent_write_is_recognised_not_duplicated(open_redis: Opener) -> None
     first = store._insert([row], synced=False)
     store._write_args = lambda retry: RedisStore._write_args(store, True)  # type: ignore[method-assign]
     assert store._insert([row], synced=False) == first, "the retry finds its own row"
-    other = store._prepare(Checkpoint(thread_id="t-resend", checkpoint_id=row.checkpoint_id, state={"n": 2}), action="put")
+    other = store._prepare(
+        Checkpoint(thread_id="t-resend", checkpoint_id=row.checkpoint_id, state={"n": 2}),
+        action="put",
+    )
     with pytest.raises(CheckpointConflict):
         store._insert([other], synced=False)
     assert len(store.history("t-resend")) == 1
@@ -253,7 +330,9 @@ def crash_after_step_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RedisStore, "_index", crash)
 
 
-def test_reconcile_repairs_a_crash_between_the_two_steps(open_redis: Opener, admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reconcile_repairs_a_crash_between_the_two_steps(
+    open_redis: Opener, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write whose process died after the thread's script is indexed again when a store starts."""
     store = open_redis()
     store.put(Checkpoint(thread_id="t-before"))
@@ -261,21 +340,28 @@ def test_reconcile_repairs_a_crash_between_the_two_steps(open_redis: Opener, adm
     for step in (
         lambda: store.put(Checkpoint(thread_id="t-crash", state={"n": 1})),
         lambda: store.mark_finished("t-crash"),
-        lambda: store.park(Checkpoint(thread_id="t-parked"), deadline=store.clock() + timedelta(days=1)),
+        lambda: store.park(
+            Checkpoint(thread_id="t-parked"), deadline=store.clock() + timedelta(days=1)
+        ),
     ):
         with pytest.raises(SystemExit):
             step()
     monkeypatch.undo()
-    assert admin.zcard(store._k_outbox) == 1 and admin.zcard(store._k_threads) == 1, "only t-before is indexed"
+    assert admin.zcard(store._k_outbox) == 1, "only t-before is indexed"
+    assert admin.zcard(store._k_threads) == 1
     assert store.latest("t-crash") is not None, "step 1 landed"
     restarted = open_redis()  # a new process: reconciles when first used
     assert {r.thread_id for r in restarted.iter_threads()} == {"t-before", "t-crash", "t-parked"}
     assert {c.thread_id for c in restarted.fetch_unsynced()} == {"t-before", "t-crash", "t-parked"}
-    assert [r.thread_id for r in restarted.finished_due(restarted.clock() + timedelta(days=8))] == ["t-crash"]
+    assert [r.thread_id for r in restarted.finished_due(restarted.clock() + timedelta(days=8))] == [
+        "t-crash"
+    ]
     assert [p.thread_id for p in restarted.parks()] == ["t-parked"]
 
 
-def test_index_entries_a_thread_no_longer_supports_are_dropped(open_redis: Opener, admin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_entries_a_thread_no_longer_supports_are_dropped(
+    open_redis: Opener, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A delete that died before its index step leaves entries that readers skip and reconcile removes."""
     store = open_redis()
     store.put(Checkpoint(thread_id="t-dead"))
@@ -286,14 +372,17 @@ def test_index_entries_a_thread_no_longer_supports_are_dropped(open_redis: Opene
     with pytest.raises(SystemExit):
         store.delete_thread("t-dead")
     monkeypatch.undo()
-    assert admin.zcard(store._k_finished) == 1 and admin.zcard(store._k_parks) == 1
+    assert admin.zcard(store._k_finished) == 1
+    assert admin.zcard(store._k_parks) == 1
     restarted = open_redis()
     assert [r.thread_id for r in restarted.iter_threads()] == ["t-live"]
-    assert restarted.parks() == [] and restarted.finished_due(restarted.clock() + timedelta(days=8)) == []
+    assert restarted.parks() == []
+    assert restarted.finished_due(restarted.clock() + timedelta(days=8)) == []
     assert [c.thread_id for c in restarted.fetch_unsynced()] == ["t-live"]
     for key in (store._k_finished, store._k_parks):
         assert admin.zcard(key) == 0
-    assert admin.zcard(store._k_threads) == 1 and admin.zcard(store._k_outbox) == 1
+    assert admin.zcard(store._k_threads) == 1
+    assert admin.zcard(store._k_outbox) == 1
 
 
 def test_delete_repeats_until_the_thread_is_empty(open_redis: Opener) -> None:
@@ -302,7 +391,19 @@ def test_delete_repeats_until_the_thread_is_empty(open_redis: Opener) -> None:
     store.put_many([Checkpoint(thread_id="t-rounds", node_id=f"n{n}") for n in range(200)])
     cp = store.latest("t-rounds")
     assert cp is not None
-    store.put_writes([PendingWrite(thread_id="t-rounds", checkpoint_id=cp.checkpoint_id, task_id=f"t{n}", idx=0, channel="c", value=n) for n in range(35)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id="t-rounds",
+                checkpoint_id=cp.checkpoint_id,
+                task_id=f"t{n}",
+                idx=0,
+                channel="c",
+                value=n,
+            )
+            for n in range(35)
+        ]
+    )
     writer = open_redis()
     written = 0
     stop = threading.Event()
@@ -351,7 +452,9 @@ def test_delete_fails_when_a_writer_outpaces_it(open_redis: Opener) -> None:
         stop.set()
         worker.join()
     message = str(info.value)
-    assert repr(thread_id[:80]) in message and "checkpoints" in message and "pending writes" in message
+    assert repr(thread_id[:80]) in message
+    assert "checkpoints" in message
+    assert "pending writes" in message
     assert "no fewer than round" in message
 
 
@@ -364,9 +467,12 @@ def test_prefix_isolates_stores_and_is_validated(open_redis: Opener, admin: Any)
         first.put(Checkpoint(thread_id="shared-name", state={"who": 1}))
         second.put(Checkpoint(thread_id="shared-name", state={"who": 2}))
         one, two = first.latest("shared-name"), second.latest("shared-name")
-        assert one is not None and two is not None and (one.state, two.state) == ({"who": 1}, {"who": 2})
+        assert one is not None
+        assert two is not None
+        assert (one.state, two.state) == ({"who": 1}, {"who": 2})
         second.reset()
-        assert first.latest("shared-name") is not None and second.latest("shared-name") is None
+        assert first.latest("shared-name") is not None
+        assert second.latest("shared-name") is None
     finally:
         second.close()
         drop_redis_prefix(admin, other_prefix)
@@ -383,7 +489,9 @@ def test_format_generation_has_its_own_key(open_redis: Opener, admin: Any) -> No
     store.put(Checkpoint(thread_id="t-gen"))
     assert admin.get(store._k_format) == b"1"
     admin.delete(store._k_format)
-    with pytest.raises(durability.errors.CheckpointStoreFormatError, match="records no format generation"):
+    with pytest.raises(
+        durability.errors.CheckpointStoreFormatError, match="records no format generation"
+    ):
         open_redis().latest("t-gen")
 
 
@@ -392,7 +500,8 @@ def test_a_missing_server_is_reported_clearly() -> None:
     store = durability.open("redis://:s3cret@127.0.0.1:1/0", settings=Settings())
     with pytest.raises(durability.errors.StoreUnavailable) as info:
         store.latest("t")
-    assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
+    assert "s3cret" not in str(info.value)
+    assert "127.0.0.1:1" in str(info.value)
     assert isinstance(info.value, ConnectionError)
     assert "s3cret" not in repr(store)
 
