@@ -322,7 +322,12 @@ def test_a_resent_write_is_recognised_not_duplicated(open_redis: Opener) -> None
 
 
 def crash_after_step_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the cross-slot index step fail, as if the process died right after the thread's script."""
+    """Make the cross-slot index step fail, as if the process died right after the thread's script.
+
+    A put on one server indexes its rows inside its own script; a cluster's put takes the
+    two steps, and that is the path simulated here (``_index_in_script`` off).
+    """
+    monkeypatch.setattr(RedisStore, "_index_in_script", False)
 
     def crash(self: RedisStore, action: str, **_: Any) -> None:
         raise SystemExit(f"killed before {action}")

@@ -244,6 +244,11 @@ class RedisStore(Store):
             script = self._scripts[name] = self._client.register_script(getattr(lua, name))
         return script
 
+    @property
+    def _index_in_script(self) -> bool:
+        """A single server lets a put's script write the cross-slot index entries too."""
+        return not self.cluster
+
     def _keys(self, tag: str) -> list[str]:
         base = f"{self.prefix}{{{tag}}}:"
         return [base + k for k in lua.THREAD_KEYS]
@@ -253,9 +258,16 @@ class RedisStore(Store):
         return [ttl_ms, "1" if self._store_replicates() else "0", "1" if retry else "0"]
 
     def _eval(
-        self, action: str, name: str, tag: str, args: Sequence[Any], *, write: bool = True
+        self,
+        action: str,
+        name: str,
+        tag: str,
+        args: Sequence[Any],
+        *,
+        write: bool = True,
+        extra_keys: Sequence[str] = (),
     ) -> Any:
-        keys = self._keys(tag)
+        keys = [*self._keys(tag), *extra_keys]
         script = self._script(name)
 
         def call(retry: bool) -> Any:
@@ -271,17 +283,21 @@ class RedisStore(Store):
         calls: Sequence[tuple[str, Sequence[Any]]],
         *,
         write: bool = True,
+        extra_keys: Sequence[str] = (),
     ) -> list[Any]:
         """One script over several threads: pipelined on one server, one by one on a cluster."""
         if len(calls) == 1 or self.cluster:
-            return [self._eval(action, name, tag, args, write=write) for tag, args in calls]
+            return [
+                self._eval(action, name, tag, args, write=write, extra_keys=extra_keys)
+                for tag, args in calls
+            ]
         script = self._script(name)
 
         def call(retry: bool) -> list[Any]:
             pipe = self._client.pipeline(transaction=False)
             for tag, args in calls:
                 full = [*self._write_args(retry), *args] if write else list(args)
-                script(keys=self._keys(tag), args=full, client=pipe)
+                script(keys=[*self._keys(tag), *extra_keys], args=full, client=pipe)
             return list(pipe.execute())
 
         return self._run(action, call)
@@ -294,26 +310,23 @@ class RedisStore(Store):
         if add.empty and remove.empty:
             return
 
-        def call(_retry: bool) -> None:
-            pipe = self._client.pipeline(transaction=False)
-            for key, entries in self._index_keys(remove):
-                pipe.zrem(key, *entries)
-            for key, entries in self._index_keys(add):
-                pipe.zadd(key, entries)
-            pipe.execute()
-
-        self._run(action, call)
-
-    def _index_keys(self, ops: _IndexOps) -> Iterator[tuple[str, Any]]:
-        for key, entries in (
-            (self._k_threads, ops.threads),
-            (self._k_finished, ops.finished),
-            (self._k_parks, ops.parks),
-            (self._k_outbox, ops.outbox),
-            (self._k_quarantine, ops.quarantine),
-        ):
-            if entries:
-                yield key, entries
+        args: list[Any] = []
+        for position, entries in enumerate(remove.indexes(), start=1):
+            for member in entries:
+                args += ["-", position, member]
+        for position, entries in enumerate(add.indexes(), start=1):
+            for member, score in entries.items():
+                args += ["+", position, member, score]
+        keys = [
+            self._k_threads,
+            self._k_finished,
+            self._k_parks,
+            self._k_outbox,
+            self._k_quarantine,
+        ]
+        script = self._script("INDEX")
+        # One script on the indexes' slot: a single command, and atomic there.
+        self._run(action, lambda _retry: script(keys=keys, args=args))
 
     def _store_replicates(self) -> bool:
         if time.monotonic() - self._replicating_at > _REPLICATING_TTL_S:
@@ -482,7 +495,9 @@ class RedisStore(Store):
             for n in members:
                 args += _row_args(rows[n], docs[n])
             calls.append((tag, args))
-        results = self._eval_many("put a checkpoint", "PUT", calls)
+        # On one server the script indexes its rows itself; a cluster needs the second step.
+        extra = [self._k_threads, self._k_outbox] if self._index_in_script else []
+        results = self._eval_many("put a checkpoint", "PUT", calls, extra_keys=extra)
         seqs: list[int] = [0] * len(rows)
         add = _IndexOps()
         for (tag, members), result in zip(groups.items(), results, strict=True):
@@ -497,7 +512,8 @@ class RedisStore(Store):
                 seqs[n] = int(seq)
                 if not synced:
                     add.outbox[_member(tag, seqs[n])] = write_time
-        self._index("index a checkpoint", add=add)
+        if not self._index_in_script:
+            self._index("index a checkpoint", add=add)
         return seqs
 
     def _check_unstored(self, rows: list[EncodedCheckpoint], groups: dict[str, list[int]]) -> None:
@@ -1097,8 +1113,12 @@ class _IndexOps:
     def empty(self) -> bool:
         return not (self.threads or self.finished or self.parks or self.outbox or self.quarantine)
 
+    def indexes(self) -> tuple[dict[str, float], ...]:
+        """The five dicts, in the order the INDEX script numbers its keys."""
+        return (self.threads, self.finished, self.parks, self.outbox, self.quarantine)
+
     def members(self) -> Iterator[str]:
-        for entries in (self.threads, self.finished, self.parks, self.outbox, self.quarantine):
+        for entries in self.indexes():
             yield from entries
 
 

@@ -124,6 +124,9 @@ end
 )
 
 #: ARGV[4]: "1" to write the rows as already synced; ARGV[5]: thread id; ARGV[6]: row count.
+#: On a single server KEYS[13] and KEYS[14] are the thread and outbox indexes: the script
+#: indexes the rows itself, after the thread's keys, in the same atomic step. (On a cluster
+#: they live in another slot; the client indexes the rows after the script instead.)
 PUT = (
     PRELUDE
     + r"""
@@ -135,6 +138,15 @@ local t = write_time()
 local out = {'ok', t}
 write_rows(6, n, existing, ARGV[4] == '1', t, out)
 apply_ttl()
+if KEYS[13] then
+  local tag = string.match(M, '{(%x+)}')
+  redis.call('ZADD', KEYS[13], 0, tag)
+  if ARGV[4] ~= '1' then
+    for j = 3, #out do
+      redis.call('ZADD', KEYS[14], t, tag .. ':' .. string.format('%020d', tonumber(out[j])))
+    end
+  end
+end
 return out
 """
 )
@@ -726,3 +738,21 @@ end
 return out
 """
 )
+
+#: KEYS: the cross-slot indexes (threads, finished, parks, outbox, quarantine), one slot.
+#: ARGV: a list of operations, ``-`` index member (remove) or ``+`` index member score (add),
+#: applied in order.
+INDEX = r"""
+local i = 1
+while i <= #ARGV do
+  local key = KEYS[tonumber(ARGV[i + 1])]
+  if ARGV[i] == '+' then
+    redis.call('ZADD', key, ARGV[i + 3], ARGV[i + 2])
+    i = i + 4
+  else
+    redis.call('ZREM', key, ARGV[i + 2])
+    i = i + 3
+  end
+end
+return 'ok'
+"""

@@ -20,8 +20,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
 import re
 import select
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +43,7 @@ from durability.clock import from_micros, to_micros
 from durability.errors import (
     CheckpointConflict,
     ConfigError,
+    DurabilityError,
     LeaseHeld,
     LeaseLost,
     ParkRefused,
@@ -272,9 +276,23 @@ def _schema_of(conn: SAConnection) -> str | None:
 
 
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
+def _migration_one_outbox_index(conn: SAConnection) -> None:
+    """Version 3: drop the outbox index by ``seq`` alone; the one by ``(project_id, seq)`` stays.
+
+    The drain always asks for one project's rows, and every pending row costs each index a
+    page write on its put (a third of a SQLite put's time went to index pages). A fetch
+    across projects reads the remaining partial index, which holds only pending rows.
+    """
+    schema = _schema_of(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    name = f"{quote(schema)}.ix_durability_outbox" if schema else "ix_durability_outbox"
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+
+
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
     ("outbox columns", _migration_outbox),
+    ("one outbox index", _migration_one_outbox_index),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -345,6 +363,7 @@ class _Options:
     busy_timeout_ms: int = 30_000
     pool_size: int = 5
     max_overflow: int = 10
+    wal_autocheckpoint: int = 10_000
 
 
 class SQLStore(Store):
@@ -352,8 +371,9 @@ class SQLStore(Store):
 
     Options: ``single_worker`` (SQLite only: allow parks, promising that the worker that
     resumes runs on this host), ``schema`` (Postgres), ``synchronous`` (SQLite: ``NORMAL`` or
-    ``FULL``), ``busy_timeout_ms`` (SQLite), ``pool_size`` / ``max_overflow`` (Postgres),
-    ``engine`` (an existing SQLAlchemy engine to use instead of building one).
+    ``FULL``), ``busy_timeout_ms`` and ``wal_autocheckpoint`` (SQLite; WAL pages between
+    checkpoints, default 10,000), ``pool_size`` / ``max_overflow`` (Postgres), ``engine`` (an
+    existing SQLAlchemy engine to use instead of building one).
     """
 
     def __init__(
@@ -366,6 +386,7 @@ class SQLStore(Store):
         busy_timeout_ms: int = 30_000,
         pool_size: int = 5,
         max_overflow: int = 10,
+        wal_autocheckpoint: int = 10_000,
         engine: Engine | None = None,
         **kwargs: Any,
     ) -> None:
@@ -393,7 +414,12 @@ class SQLStore(Store):
                 "a Postgres store already holds parks for any worker"
             )
         self.options = _Options(
-            schema, synchronous.upper(), busy_timeout_ms, pool_size, max_overflow
+            schema,
+            synchronous.upper(),
+            busy_timeout_ms,
+            pool_size,
+            max_overflow,
+            wal_autocheckpoint,
         )
         shared = self.provider == "postgres"
         self.capabilities = Capabilities(
@@ -409,6 +435,14 @@ class SQLStore(Store):
         if schema:
             self._engine = self._engine.execution_options(schema_translate_map={None: schema})
         sa.event.listen(self._engine, "begin", _on_begin)
+        # SQLite's hot paths use a connection per thread (see _execute); Postgres's use the pool.
+        self._local: threading.local | None = (
+            threading.local() if self.provider == "sqlite" and engine is None else None
+        )
+        self._sqlite_path = sa_url.database or ""
+        self._locals: dict[int, tuple[threading.Thread, sqlite3.Connection]] = {}
+        self._locals_lock = threading.Lock()
+        self._pid = os.getpid()
         self._sql = _HotStatements(self._engine.dialect, schema)
 
     def _build_engine(self, sa_url: sa.URL) -> Engine:
@@ -444,40 +478,119 @@ class SQLStore(Store):
     def _on_sqlite_connect(self, dbapi_conn: Any, _record: Any) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {self.options.synchronous}")
         cursor.close()
 
     def close(self) -> None:
         self._engine.dispose()
+        with self._locals_lock:
+            for _thread, conn in self._locals.values():
+                conn.close()
+            self._locals.clear()
 
     # ------------------------------------------------------------------ plumbing
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """The one boundary where driver errors become :mod:`durability.errors`."""
+        """Driver errors raised inside become :mod:`durability.errors` (see :meth:`_translate`)."""
         try:
             yield
         except StoreError:
             raise
-        except sa_exc.IntegrityError as exc:
-            raise StoreError(
-                f"cannot {action} in {redact_url(self.url)}: the database refused it ({_driver_message(exc)})"
-            ) from exc
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
-            raise StoreUnavailable(
-                f"cannot {action}: the database {redact_url(self.url)} is unavailable ({_driver_message(exc)}); "
+        except sa_exc.SQLAlchemyError as exc:
+            raise self._translate(action, exc) from exc
+
+    def _translate(self, action: str, exc: sa_exc.SQLAlchemyError) -> DurabilityError:
+        """The one mapping of driver errors to :mod:`durability.errors`."""
+        where = redact_url(self.url)
+        if isinstance(exc, sa_exc.IntegrityError):
+            return StoreError(
+                f"cannot {action} in {where}: the database refused it ({_driver_message(exc)})"
+            )
+        if isinstance(
+            exc,
+            sa_exc.OperationalError
+            | sa_exc.InterfaceError
+            | sa_exc.DisconnectionError
+            | sa_exc.TimeoutError,
+        ):
+            return StoreUnavailable(
+                f"cannot {action}: the database {where} is unavailable ({_driver_message(exc)}); "
                 "check that it is running and reachable, then retry"
-            ) from exc
-        except sa_exc.NoSuchModuleError as exc:
-            raise ConfigError(
-                f"cannot {action} at {redact_url(self.url)}: {_driver_message(exc)}; use "
-                "sqlite:///path.db or postgresql+psycopg://user@host/db (psycopg 3 is installed with durability)"
-            ) from exc
-        except (sa_exc.DBAPIError, sa_exc.ArgumentError) as exc:
-            raise StoreError(
-                f"cannot {action} in {redact_url(self.url)}: {_driver_message(exc)}"
-            ) from exc
+            )
+        if isinstance(exc, sa_exc.NoSuchModuleError):
+            return ConfigError(
+                f"cannot {action} at {where}: {_driver_message(exc)}; use sqlite:///path.db or "
+                "postgresql+psycopg://user@host/db (psycopg 3 is installed with durability)"
+            )
+        return StoreError(f"cannot {action} in {where}: {_driver_message(exc)}")
+
+    def _driver_error(self, exc: Exception, fairy: Any) -> sa_exc.SQLAlchemyError:
+        """A raw driver error as SQLAlchemy's, invalidating the pooled connection if it is gone."""
+        dialect = self._engine.dialect
+        gone = dialect.is_disconnect(exc, fairy.dbapi_connection if fairy else None, None)  # type: ignore[arg-type]
+        if gone and fairy is not None:
+            fairy.invalidate(exc)
+        return sa_exc.DBAPIError.instance(
+            None,
+            None,
+            exc,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=gone,
+            dialect=dialect,
+        )
+
+    def _execute(self, action: str, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run one statement in autocommit on a DBAPI connection; return its rows.
+
+        The hot paths (put, latest, get, history, writes) come here and skip SQLAlchemy's
+        statement and result layers. On SQLite each thread keeps a connection of its own; on
+        Postgres a pooled one is checked out (and pre-pinged) per call.
+        """
+        dbapi_error = self._engine.dialect.loaded_dbapi.Error
+        if self._local is not None:
+            conn = self._local_connection()
+            try:
+                return list(conn.execute(sql, params).fetchall())
+            except dbapi_error as exc:
+                wrapped = self._driver_error(exc, None)
+                raise self._translate(action, wrapped) from wrapped
+        try:
+            fairy = self._engine.raw_connection()
+        except sa_exc.SQLAlchemyError as exc:
+            raise self._translate(action, exc) from exc
+        try:
+            cursor = fairy.cursor()
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+            cursor.close()
+            return rows
+        except dbapi_error as exc:
+            wrapped = self._driver_error(exc, fairy)
+            raise self._translate(action, wrapped) from wrapped
+        finally:
+            fairy.close()
+
+    def _local_connection(self) -> sqlite3.Connection:
+        """This thread's own SQLite connection (opened on first use, closed with the store)."""
+        if self._pid != os.getpid():  # a forked child must not use its parent's connections
+            self._local, self._locals, self._pid = threading.local(), {}, os.getpid()
+        local = self._local
+        assert local is not None
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._sqlite_path, isolation_level=None, check_same_thread=False)
+            self._on_sqlite_connect(conn, None)
+            with self._locals_lock:
+                for key, (thread, old) in list(self._locals.items()):
+                    if not thread.is_alive():  # a finished thread's connection
+                        old.close()
+                        del self._locals[key]
+                self._locals[id(conn)] = (threading.current_thread(), conn)
+            local.conn = conn
+        return conn
 
     @contextmanager
     def _write(self, action: str) -> Iterator[SAConnection]:
@@ -502,6 +615,9 @@ class SQLStore(Store):
         """One statement, committed on its own (autocommit): a single round trip."""
         with self._errors(action), self._engine.connect() as conn:
             yield conn
+
+    def _rows(self, action: str, sql: str, params: Sequence[Any]) -> list[EncodedCheckpoint]:
+        return [_encoded(r) for r in self._execute(action, sql, params)]
 
     @property
     def _insert_stmt(self) -> Any:
@@ -577,7 +693,18 @@ class SQLStore(Store):
     def _insert_once(
         self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
     ) -> list[int]:
-        if len(rows) == 1:  # the hot path: one INSERT … RETURNING, committed on its own
+        if len(rows) == 1 and not retry:  # the hot path: one INSERT … RETURNING, autocommitted
+            params = self._sql.insert_params(rows[0], synced)
+            try:
+                return [int(self._execute("put a checkpoint", self._sql.insert, params)[0][0])]
+            except StoreError as exc:
+                if isinstance(exc.__cause__, sa_exc.IntegrityError):
+                    first = rows[0]
+                    raise CheckpointConflict(
+                        conflict_message(first.thread_id, first.namespace, first.checkpoint_id)
+                    ) from exc.__cause__
+                raise
+        if len(rows) == 1:
             with self._one("put a checkpoint") as conn:
                 return self._insert_rows(conn, rows, synced, retry=retry)
         with self._write("put checkpoints") as conn:
@@ -629,39 +756,38 @@ class SQLStore(Store):
     @_reconnecting
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
         params = (thread_key(thread_id), thread_id, namespace)
-        with self._one("read the latest checkpoint") as conn:
-            row = conn.exec_driver_sql(self._sql.latest, params).first()
-        return None if row is None else _encoded(row)
+        found = self._rows("read the latest checkpoint", self._sql.latest(namespace=True), params)
+        return found[0] if found else None
 
     @_reconnecting
     def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
         params = (thread_key(thread_id), thread_id)
-        with self._one("read the latest checkpoint") as conn:
-            row = conn.exec_driver_sql(self._sql.latest_any, params).first()
-        return None if row is None else _encoded(row)
+        found = self._rows("read the latest checkpoint", self._sql.latest(namespace=False), params)
+        return found[0] if found else None
 
     @_reconnecting
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
         key = checkpoint_key(thread_id, namespace, checkpoint_id)
-        with self._one("read a checkpoint") as conn:
-            row = conn.exec_driver_sql(
-                self._sql.get, (key, thread_id, namespace, checkpoint_id)
-            ).first()
-        return None if row is None else _encoded(row)
+        found = self._rows(
+            "read a checkpoint", self._sql.get, (key, thread_id, namespace, checkpoint_id)
+        )
+        return found[0] if found else None
 
     @_reconnecting
     def _history(
         self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
     ) -> list[EncodedCheckpoint]:
-        query = self._select_rows().where(*_thread(thread_id)).order_by(checkpoints.c.seq)
-        if namespace is not None:
-            query = query.where(checkpoints.c.namespace == namespace)
-        if after_seq is not None:
-            query = query.where(checkpoints.c.seq > after_seq)
-        if limit is not None:
-            query = query.limit(limit)
-        with self._one("read a thread's history") as conn:
-            return [_encoded(r) for r in conn.execute(query)]
+        params: list[Any] = [thread_key(thread_id), thread_id]
+        for value in (namespace, after_seq, limit):
+            if value is not None:
+                params.append(value)
+        sql = self._sql.thread_rows(
+            namespace=namespace is not None,
+            after=after_seq is not None,
+            limit=limit is not None,
+            by_id=False,
+        )
+        return self._rows("read a thread's history", sql, params)
 
     @_reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
@@ -689,37 +815,27 @@ class SQLStore(Store):
 
     @_reconnecting
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        query = _SELECT_WRITES.where(
-            writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-            writes.c.thread_id == thread_id,
-            writes.c.namespace == namespace,
-            writes.c.checkpoint_id == checkpoint_id,
-        ).order_by(writes.c.id)
-        with self._one("read pending writes") as conn:
-            return [EncodedWrite(*r) for r in conn.execute(query)]
+        key = checkpoint_key(thread_id, namespace, checkpoint_id)
+        found = self._execute(
+            "read pending writes", self._sql.writes, (key, thread_id, namespace, checkpoint_id)
+        )
+        return [EncodedWrite(*r) for r in found]
 
     @_reconnecting
     def _newest_first(
         self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
     ) -> list[EncodedCheckpoint]:
-        # Postgres compares text in the database's collation; "C" is code point order,
-        # which is what LangGraph's string comparison of ids means.
-        cid = checkpoints.c.checkpoint_id
-        ordered = cid.collate("C") if self.provider == "postgres" else cid
-        where = [*_thread(thread_id)]
-        if namespace is not None:
-            where.append(checkpoints.c.namespace == namespace)
-        if before is not None:
-            where.append(ordered < before)
-        query = self._select_rows().order_by(ordered.desc())
-        if limit is None:
-            query = query.where(*where)
-        else:
-            # Pick the rows by id first, so the sort never carries the payload columns.
-            chosen = sa.select(checkpoints.c.seq).where(*where).order_by(ordered.desc())
-            query = query.where(checkpoints.c.seq.in_(chosen.limit(limit).scalar_subquery()))
-        with self._one("list a thread's checkpoints") as conn:
-            return [_encoded(r) for r in conn.execute(query)]
+        params: list[Any] = [thread_key(thread_id), thread_id]
+        for value in (namespace, before, limit):
+            if value is not None:
+                params.append(value)
+        sql = self._sql.thread_rows(
+            namespace=namespace is not None,
+            before=before is not None,
+            limit=limit is not None,
+            by_id=True,
+        )
+        return self._rows("list a thread's checkpoints", sql, params)
 
     @_reconnecting
     def _writes_of(
@@ -1288,29 +1404,88 @@ _ENCODED_FIELDS = [f.name for f in dataclasses.fields(EncodedCheckpoint) if f.na
 class _HotStatements:
     """The put and read statements as plain driver SQL, built once per store.
 
-    The hot paths skip SQLAlchemy's statement machinery (a measurable share of a put, see
-    ``benchmarks/RESULTS.md``): parameters go to the driver as one tuple, in its own
-    placeholder style, and the table name is qualified with the schema here.
+    The hot paths run on a DBAPI cursor (:meth:`SQLStore._raw`) and skip SQLAlchemy's
+    statement and result layers, which cost more than the query on a 2 KB checkpoint (see
+    ``benchmarks/RESULTS.md``): parameters go to the driver as one tuple in its own placeholder
+    style, and the table names are qualified with the schema here. Identifiers are quoted by
+    the dialect and every value is a bound parameter.
     """
 
     _INSERTED = (*_ENCODED_FIELDS, "tkey", "ckey", "synced", "attempts")
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
-        # Identifiers are quoted by the dialect and values are always bound parameters.
         quote = dialect.identifier_preparer.quote
-        table = f"{quote(schema)}.{quote(checkpoints.name)}" if schema else quote(checkpoints.name)
-        mark = "?" if dialect.paramstyle == "qmark" else "%s"
+
+        def table(t: sa.Table) -> str:
+            return f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
+
+        self.mark = mark = "?" if dialect.paramstyle == "qmark" else "%s"
+        self.table = table(checkpoints)
+        # Postgres compares text in the database's collation; "C" is code point order, which
+        # is what LangGraph's string comparison of checkpoint ids means.
+        self.by_id = (
+            'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
+        )
         names = ", ".join(quote(c) for c in self._INSERTED)
         marks = ", ".join([mark] * len(self._INSERTED))
-        self.insert = f"INSERT INTO {table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
-        columns = ", ".join(quote(c.name) for c in _ROW_COLUMNS)
-        select = f"SELECT {columns} FROM {table} WHERE tkey = {mark} AND thread_id = {mark}"  # noqa: S608
-        self.latest = f"{select} AND namespace = {mark} ORDER BY seq DESC LIMIT 1"
-        self.latest_any = f"{select} ORDER BY seq DESC LIMIT 1"
+        self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
+        self.columns = ", ".join(quote(c.name) for c in _ROW_COLUMNS)
         self.get = (
-            f"SELECT {columns} FROM {table} WHERE ckey = {mark} AND thread_id = {mark} "  # noqa: S608
+            f"SELECT {self.columns} FROM {self.table} WHERE ckey = {mark} AND thread_id = {mark} "  # noqa: S608
             f"AND namespace = {mark} AND checkpoint_id = {mark}"
         )
+        write_columns = ", ".join(quote(c.name) for c in _WRITE_COLUMNS)
+        self.writes = (
+            f"SELECT {write_columns} FROM {table(writes)} WHERE ckey = {mark} "  # noqa: S608
+            f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark} ORDER BY id"
+        )
+        self._cache: dict[tuple[Any, ...], str] = {}
+
+    def thread_rows(
+        self,
+        *,
+        namespace: bool,
+        after: bool = False,
+        before: bool = False,
+        limit: bool,
+        by_id: bool,
+    ) -> str:
+        """A thread's rows (in one namespace, after a seq, before an id), by seq or by id, newest first by id."""
+        key = (namespace, after, before, limit, by_id)
+        sql = self._cache.get(key)
+        if sql is None:
+            mark = self.mark
+            where = f"tkey = {mark} AND thread_id = {mark}"
+            if namespace:
+                where += f" AND namespace = {mark}"
+            if after:
+                where += f" AND seq > {mark}"
+            if before:
+                where += f" AND {self.by_id} < {mark}"
+            order = f"{self.by_id} DESC" if by_id else "seq"
+            if limit and by_id:
+                # Pick the rows by id first, so the sort never carries the payload columns.
+                where = f"seq IN (SELECT seq FROM {self.table} WHERE {where} ORDER BY {order} LIMIT {mark})"  # noqa: S608
+                sql = f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY {order}"  # noqa: S608
+            else:
+                sql = f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY {order}"  # noqa: S608
+                if limit:
+                    sql += f" LIMIT {mark}"
+            self._cache[key] = sql
+        return sql
+
+    def latest(self, *, namespace: bool) -> str:
+        """The thread's (or namespace's) row with the highest seq."""
+        key = ("latest", namespace)
+        sql = self._cache.get(key)
+        if sql is None:
+            where = f"tkey = {self.mark} AND thread_id = {self.mark}"
+            if namespace:
+                where += f" AND namespace = {self.mark}"
+            sql = self._cache[key] = (
+                f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY seq DESC LIMIT 1"  # noqa: S608
+            )
+        return sql
 
     @staticmethod
     def insert_params(row: EncodedCheckpoint, synced: bool) -> tuple[Any, ...]:
