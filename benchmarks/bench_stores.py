@@ -45,9 +45,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import durability  # noqa: E402 - after the path is set
-from durability import Checkpoint, PendingWrite  # noqa: E402
-from durability.settings import Settings  # noqa: E402
+import durability
+from durability import Checkpoint, PendingWrite
+from durability.settings import Settings
 
 HEADING = "## Stores"
 THREADS = 100
@@ -70,7 +70,13 @@ def chat_state(size: int, step: int) -> dict[str, Any]:
     n = 0
     while len(orjson.dumps(state)) < size:
         role = "user" if n % 2 else "assistant"
-        messages.append({"role": role, "content": f"message {n} at step {step}: " + "lorem ipsum dolor " * 6, "n": n})
+        messages.append(
+            {
+                "role": role,
+                "content": f"message {n} at step {step}: " + "lorem ipsum dolor " * 6,
+                "n": n,
+            }
+        )
         n += 1
     return state
 
@@ -124,7 +130,14 @@ class Ours(Subject):
     def prepare(self, items: list[tuple[str, dict[str, Any]]]) -> list[Any]:
         now = datetime.now(UTC)
         return [
-            Checkpoint(thread_id=t, checkpoint_id=str(uuid.uuid4()), node_id="agent", step=n, state=s, created_at=now)
+            Checkpoint(
+                thread_id=t,
+                checkpoint_id=str(uuid.uuid4()),
+                node_id="agent",
+                step=n,
+                state=s,
+                created_at=now,
+            )
             for n, (t, s) in enumerate(items)
         ]
 
@@ -140,7 +153,18 @@ class Ours(Subject):
     def add_write(self, thread: str) -> None:
         cp = self.store.latest(thread)
         assert cp is not None
-        self.store.put_writes([PendingWrite(thread_id=thread, checkpoint_id=cp.checkpoint_id, task_id="task", idx=0, channel="messages", value={"n": 1})])
+        self.store.put_writes(
+            [
+                PendingWrite(
+                    thread_id=thread,
+                    checkpoint_id=cp.checkpoint_id,
+                    task_id="task",
+                    idx=0,
+                    channel="messages",
+                    value={"n": 1},
+                )
+            ]
+        )
 
     def delete(self, thread: str) -> None:
         self.store.delete_thread(thread)
@@ -174,7 +198,14 @@ class Saver(Subject):
             config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
             if parent:
                 config["configurable"]["checkpoint_id"] = parent
-            calls.append((config, checkpoint, {"source": "loop", "step": step, "parents": {}}, dict(versions)))
+            calls.append(
+                (
+                    config,
+                    checkpoint,
+                    {"source": "loop", "step": step, "parents": {}},
+                    dict(versions),
+                )
+            )
             parents[thread] = (cid, versions)
         return calls
 
@@ -210,7 +241,9 @@ class Options:
 def _pg_admin(url: str) -> Any:
     import sqlalchemy as sa
 
-    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1), poolclass=sa.pool.NullPool)
+    return sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://", 1), poolclass=sa.pool.NullPool
+    )
 
 
 @contextmanager
@@ -220,7 +253,12 @@ def ours(kind: str, options: Options, **store_options: Any) -> Iterator[Subject]
         with durability.open(f"memory://bench-{uuid.uuid4().hex}", settings=settings) as store:
             yield Ours(store)
     elif kind == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp, durability.open(f"sqlite:///{tmp}/bench.db", settings=settings, **store_options) as store:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            durability.open(
+                f"sqlite:///{tmp}/bench.db", settings=settings, **store_options
+            ) as store,
+        ):
             yield Ours(store)
     elif kind == "postgres":
         schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -300,14 +338,19 @@ def run_once(make: Callable[[], Any], work: Workload) -> dict[str, float]:
         rates["put 2 KB"] = _rate(SMALL, lambda: [subject.put(p) for p in prepared])
         reads = threads * (SMALL_READS // THREADS)
         rates["latest 2 KB"] = _rate(SMALL_READS, lambda: [subject.latest(t) for t in reads])
-        rates["history"] = _rate(LIST_CALLS * (SMALL // THREADS), lambda: [subject.history(threads[n % 5]) for n in range(LIST_CALLS)])
+        rates["history"] = _rate(
+            LIST_CALLS * (SMALL // THREADS),
+            lambda: [subject.history(threads[n % 5]) for n in range(LIST_CALLS)],
+        )
         for t in threads:
             subject.add_write(t)
         rates["delete_thread"] = _rate(THREADS, lambda: [subject.delete(t) for t in threads])
     with make() as subject:
         prepared = subject.prepare(work.big)
         rates["put 100 KB"] = _rate(BIG, lambda: [subject.put(p) for p in prepared])
-        rates["latest 100 KB"] = _rate(BIG_READS, lambda: [subject.latest(t) for t in threads[:BIG_READS]])
+        rates["latest 100 KB"] = _rate(
+            BIG_READS, lambda: [subject.latest(t) for t in threads[:BIG_READS]]
+        )
     return rates
 
 
@@ -327,7 +370,11 @@ def profile(make: Callable[[], Any], work: Workload, op: str) -> str:
             prof.runcall(lambda: [subject.latest(t) for t in reads])
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(10)
-    keep = [line for line in out.getvalue().splitlines() if line.strip() and ("{" in line or "(" in line or "ncalls" in line)]
+    keep = [
+        line
+        for line in out.getvalue().splitlines()
+        if line.strip() and ("{" in line or "(" in line or "ncalls" in line)
+    ]
     return "\n".join(keep[:12])
 
 
@@ -347,7 +394,9 @@ class Target:
 TARGETS = [
     Target("put 2 KB", "durability sqlite (NORMAL, default)", "SqliteSaver (FULL, default)", 3.0),
     Target("put 2 KB", "durability sqlite (FULL)", "SqliteSaver (FULL, default)", 1.0),
-    Target("latest 2 KB", "durability sqlite (NORMAL, default)", "SqliteSaver (FULL, default)", 1.0),
+    Target(
+        "latest 2 KB", "durability sqlite (NORMAL, default)", "SqliteSaver (FULL, default)", 1.0
+    ),
     Target("put 2 KB", "durability postgres", "PostgresSaver", 1.2),
     Target("latest 2 KB", "durability postgres", "PostgresSaver", 1.0),
 ]
@@ -369,7 +418,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print the section, leave RESULTS.md alone"
+    )
     args = parser.parse_args()
     options = Options(args.pg_url, args.redis_url)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -399,7 +450,10 @@ def main() -> None:
             for name in group:
                 results[name].append(run_once(subjects[name], work))
                 print(f"run {run + 1}: {name} done", file=sys.stderr)
-    medians = {name: {op: statistics.median(r[op] for r in runs) for op in OPS} for name, runs in results.items()}
+    medians = {
+        name: {op: statistics.median(r[op] for r in runs) for op in OPS}
+        for name, runs in results.items()
+    }
 
     lines = [
         HEADING,
@@ -419,23 +473,42 @@ def main() -> None:
         lines.append("")
     if "postgres" in backends and "sqlite" in backends and "redis" in backends:
         same = ["durability sqlite (NORMAL, default)", "durability postgres", "durability redis"]
-        lines += ["Redis beside Postgres and SQLite, same data:", "", "| operation | " + " | ".join(same) + " |", "| --- |" + " ---: |" * len(same)]
+        lines += [
+            "Redis beside Postgres and SQLite, same data:",
+            "",
+            "| operation | " + " | ".join(same) + " |",
+            "| --- |" + " ---: |" * len(same),
+        ]
         for op in OPS:
             lines.append(f"| {op} | " + " | ".join(f"{medians[n][op]:,.0f}" for n in same) + " |")
         lines.append("")
-    lines += ["Targets:", "", "| target | ours | peer | ratio | wanted | |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines += [
+        "Targets:",
+        "",
+        "| target | ours | peer | ratio | wanted | |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     missed = []
     for t in TARGETS:
         if t.ours not in medians or t.peer not in medians:
             continue
         a, b = medians[t.ours][t.op], medians[t.peer][t.op]
         ok = a / b >= t.ratio
-        lines.append(f"| {t.op}: {t.ours} / {t.peer} | {a:,.0f} | {b:,.0f} | {a / b:.2f}x | >= {t.ratio}x | {'met' if ok else '**missed**'} |")
+        lines.append(
+            f"| {t.op}: {t.ours} / {t.peer} | {a:,.0f} | {b:,.0f} | {a / b:.2f}x | >= {t.ratio}x | {'met' if ok else '**missed**'} |"
+        )
         if not ok:
             missed.append(t)
     lines += ["", DURABILITY, ""]
     for t in missed:
-        lines += [f"Profile of the missed `{t.op}` of {t.ours} (top functions by own time):", "", "```", profile(subjects[t.ours], work, t.op), "```", ""]
+        lines += [
+            f"Profile of the missed `{t.op}` of {t.ours} (top functions by own time):",
+            "",
+            "```",
+            profile(subjects[t.ours], work, t.op),
+            "```",
+            "",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
