@@ -1,18 +1,21 @@
 """The SQL store: one SQLAlchemy Core implementation for SQLite and Postgres.
 
 * SQLite (``sqlite:///path.db``, the embedded default): WAL journal, a busy timeout, and
-  ``BEGIN IMMEDIATE`` for every write so concurrent writers (threads or processes) queue
-  instead of failing half-way. ``synchronous=NORMAL`` by default: a committed checkpoint
-  survives the process being killed; on power loss the last commits may roll back (pass
-  ``synchronous="FULL"`` to fsync every commit).
-* Postgres (``postgresql+psycopg://…``, ``?schema=name`` optional): a pooled engine with
-  pre-ping so a dropped connection is replaced before it is used.
+  ``BEGIN IMMEDIATE`` for every multi-statement write so concurrent writers (threads or
+  processes) queue instead of failing half-way. ``synchronous=NORMAL`` by default: a committed
+  checkpoint survives the process being killed; on power loss the last commits may roll back
+  (pass ``synchronous="FULL"`` to fsync every commit).
+* Postgres (``postgresql+psycopg://…``, ``?schema=name`` optional, created if missing): a
+  bounded pool whose checkout pre-pings (see :func:`_pre_ping`), sessions named
+  ``durability``; an idempotent operation that meets a dropped connection runs once more.
 
-Both keep state as TEXT (Postgres JSONB cannot hold ``\\u0000``), index long ids through a
-128-bit hash (a Postgres btree entry is capped near 2.7 KB, and a 10 KB id must work), take
-exclusive claims with ``DELETE … RETURNING``, and evolve through the ordered, recorded,
-additive :data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.errors` in
-:meth:`SQLStore._errors`, the one boundary.
+Connections run in autocommit: a single statement (a put, a read, a claim) is one round trip,
+and the hot ones run on a DBAPI cursor with prebuilt SQL (:class:`_HotStatements`). Both keep
+state as TEXT (Postgres JSONB cannot hold ``\\u0000``), index long ids through a 128-bit hash
+(a Postgres btree entry is capped near 2.7 KB, and a 10 KB id must work), take exclusive claims
+with ``DELETE … RETURNING``, and evolve through the ordered, recorded, additive
+:data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.errors` in
+:meth:`SQLStore._translate`, the one boundary.
 """
 
 from __future__ import annotations
