@@ -795,6 +795,16 @@ def check_park_claim_has_one_winner(target: StoreTarget) -> None:
     assert sum(r is not None for r in results) == 1, results
 
 
+def _processes() -> Any:
+    """How the cross-process checks start processes: a fork server where the platform has one
+    (each child is forked from a clean process that already imported the stores), else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["durability.testing", "durability.stores.sql", "durability.stores.redis"])
+    return ctx
+
+
 def _claim_in_process(
     url: str, options: dict[str, Any], thread_id: str, start: Any, out: Any
 ) -> None:
@@ -813,7 +823,7 @@ def check_park_claim_across_processes(target: StoreTarget) -> None:
         if not store.capabilities.can_park:
             return
         store.park(Checkpoint(thread_id="t-xrace"), deadline=store.clock() + timedelta(days=1))
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _processes()
     start = ctx.Event()
     out = ctx.Queue()
     procs = [
@@ -905,7 +915,7 @@ def check_two_processes_write_one_thread(target: StoreTarget) -> None:
     """Two processes writing one thread lose nothing; seqs stay unique and each writer's order holds."""
     if not target.cross_process:
         return
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _processes()
     start, out = ctx.Event(), ctx.Queue()
     procs = [
         ctx.Process(
