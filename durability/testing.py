@@ -801,7 +801,9 @@ def _processes() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["durability.testing", "durability.stores.sql", "durability.stores.redis"])
+    ctx.set_forkserver_preload(
+        ["durability.testing", "durability.stores.sql", "durability.stores.redis"]
+    )
     return ctx
 
 

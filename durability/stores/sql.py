@@ -233,11 +233,18 @@ sa.Index("ix_durability_writes_thread", writes.c.tkey)
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 
 
+def _create(conn: SAConnection, table: sa.Table) -> None:
+    """CREATE … IF NOT EXISTS the table and its indexes (no catalog look-ups first)."""
+    conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+    for index in table.indexes:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
 def _migration_base(conn: SAConnection) -> None:
     """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet)."""
     for table in (meta_table, writes, threads, parks):
-        table.create(conn, checkfirst=True)
-    _checkpoint_table(sa.MetaData(), outbox=False).create(conn, checkfirst=True)
+        _create(conn, table)
+    _create(conn, _checkpoint_table(sa.MetaData(), outbox=False))
 
 
 def _migration_outbox(conn: SAConnection) -> None:
@@ -246,9 +253,12 @@ def _migration_outbox(conn: SAConnection) -> None:
     Like seed 000's v13 upgrade: connecting an existing store does not back-push history,
     only checkpoints written afterwards replicate.
     """
-    existing = {
-        c["name"] for c in sa.inspect(conn).get_columns(checkpoints.name, schema=_schema_of(conn))
-    }
+    # Postgres adds a column only if it is missing by itself; SQLite is asked which it has.
+    existing = (
+        set()
+        if conn.dialect.name == "postgresql"
+        else {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(durability_checkpoints)")}
+    )
     for name, ddl in (
         ("synced", "BOOLEAN NOT NULL DEFAULT TRUE"),
         ("sync_error", "TEXT"),
@@ -259,9 +269,9 @@ def _migration_outbox(conn: SAConnection) -> None:
         if name not in existing:
             _add_column(conn, checkpoints, name, ddl)
     # New rows are inserted with synced = false explicitly; the TRUE default marks old rows.
-    connections.create(conn, checkfirst=True)
+    _create(conn, connections)
     for index in _OUTBOX_INDEXES:
-        index.create(conn, checkfirst=True)
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
 def _add_column(conn: SAConnection, table: sa.Table, name: str, ddl: str) -> None:
@@ -278,7 +288,6 @@ def _schema_of(conn: SAConnection) -> str | None:
     return schema
 
 
-#: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 def _migration_one_outbox_index(conn: SAConnection) -> None:
     """Version 3: drop the outbox index by ``seq`` alone; the one by ``(project_id, seq)`` stays.
 
@@ -292,6 +301,7 @@ def _migration_one_outbox_index(conn: SAConnection) -> None:
     conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
 
 
+#: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
     ("outbox columns", _migration_outbox),
@@ -638,7 +648,7 @@ class SQLStore(Store):
                 )
                 if self.options.schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
-            migrations_table.create(conn, checkfirst=True)
+            _create(conn, migrations_table)
             applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
             for version, (name, migrate) in enumerate(MIGRATIONS, start=1):
                 if version not in applied:
