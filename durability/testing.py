@@ -320,7 +320,7 @@ HOSTILE_IDS = [
 
 @check
 def check_hostile_ids(target: StoreTarget) -> None:
-    """Ids with unicode, / ? % ' ; and 10 KB round-trip; a NUL in an id is refused clearly."""
+    """Ids with unicode, / ? % ' ; and 10 KB round-trip; a NUL or a lone surrogate in an id is refused clearly."""
     with target.open() as store:
         for i, hostile in enumerate(HOSTILE_IDS):
             stored = store.put(
@@ -341,6 +341,7 @@ def check_hostile_ids(target: StoreTarget) -> None:
         )
         assert isinstance(err, ValueError)
         raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="")), contains="empty")
+        raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="half \ud800 pair")), contains="lone surrogate")
         assert not store.has_thread("nul-free")
         with_nul = store.put(
             Checkpoint(thread_id="nul-in-state", state={"text": "a\x00b", "key\x00": 1})
