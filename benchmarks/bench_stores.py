@@ -9,8 +9,8 @@ The method is reference/langgraph.md §8: states are chat-like nested dicts of a
 graph run builds them (v4, uuid6 ids, the saver's own ``get_next_version``, ``versions_seen``,
 the parent id from the previous put); every argument is built before timing and only the store
 call is timed; each run starts from an empty store; the figure is the median of ``--runs`` runs,
-and the subjects of one comparison run interleaved, run by run, so drift on a shared machine
-hits them alike.
+and the subjects of one comparison are open side by side and take turns every few
+milliseconds (chunks of calls), so drift on a shared machine hits them alike.
 
 Operations: (a) put, 2 KB state, 5,000 checkpoints round-robin over 100 threads; (b) put, 100 KB
 state, 500 checkpoints over 100 threads; (c) the latest checkpoint of each thread (``latest`` /
@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from importlib.metadata import version
@@ -323,34 +323,55 @@ def theirs(kind: str, options: Options, synchronous: str | None = None) -> Itera
 # ---------------------------------------------------------------------------- timing
 
 
-def _rate(n: int, fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return n / (time.perf_counter() - start)
+def _interleaved(
+    subjects: list[Subject], calls: list[Callable[[int, Subject], Any]], chunk: int
+) -> list[float]:
+    """Seconds each subject spends on ``calls``, run ``chunk`` at a time, subject after subject.
+
+    The subjects of a comparison take turns every few milliseconds, so a burst of load on the
+    shared machine (another tenant's fsyncs) falls on all of them alike.
+    """
+    spent = [0.0] * len(subjects)
+    for start in range(0, len(calls), chunk):
+        part = calls[start : start + chunk]
+        for i, subject in enumerate(subjects):
+            began = time.perf_counter()
+            for call in part:
+                call(i, subject)
+            spent[i] += time.perf_counter() - began
+    return spent
 
 
-def run_once(make: Callable[[], Any], work: Workload) -> dict[str, float]:
-    """ops/s of every operation on fresh stores made by ``make``."""
-    rates: dict[str, float] = {}
+def run_group(makes: list[Callable[[], Any]], work: Workload) -> list[dict[str, float]]:
+    """ops/s of every operation, for every subject of a comparison, on fresh stores."""
     threads = [f"thread-{n}" for n in range(THREADS)]
-    with make() as subject:
-        prepared = subject.prepare(work.small)
-        rates["put 2 KB"] = _rate(SMALL, lambda: [subject.put(p) for p in prepared])
-        reads = threads * (SMALL_READS // THREADS)
-        rates["latest 2 KB"] = _rate(SMALL_READS, lambda: [subject.latest(t) for t in reads])
-        rates["history"] = _rate(
-            LIST_CALLS * (SMALL // THREADS),
-            lambda: [subject.history(threads[n % 5]) for n in range(LIST_CALLS)],
-        )
-        for t in threads:
-            subject.add_write(t)
-        rates["delete_thread"] = _rate(THREADS, lambda: [subject.delete(t) for t in threads])
-    with make() as subject:
-        prepared = subject.prepare(work.big)
-        rates["put 100 KB"] = _rate(BIG, lambda: [subject.put(p) for p in prepared])
-        rates["latest 100 KB"] = _rate(
-            BIG_READS, lambda: [subject.latest(t) for t in threads[:BIG_READS]]
-        )
+    rates: list[dict[str, float]] = [{} for _ in makes]
+
+    def record(op: str, n: int, spent: list[float]) -> None:
+        for i, seconds in enumerate(spent):
+            rates[i][op] = n / seconds
+
+    with ExitStack() as stack:
+        subjects = [stack.enter_context(make()) for make in makes]
+        prepared = [s.prepare(work.small) for s in subjects]
+        puts = [lambda i, s, n=n: s.put(prepared[i][n]) for n in range(SMALL)]
+        record("put 2 KB", SMALL, _interleaved(subjects, puts, 250))
+        reads = [lambda _i, s, t=t: s.latest(t) for t in threads * (SMALL_READS // THREADS)]
+        record("latest 2 KB", SMALL_READS, _interleaved(subjects, reads, 50))
+        lists = [lambda _i, s, n=n: s.history(threads[n % 5]) for n in range(LIST_CALLS)]
+        record("history", LIST_CALLS * (SMALL // THREADS), _interleaved(subjects, lists, 2))
+        for subject in subjects:
+            for t in threads:
+                subject.add_write(t)
+        deletes = [lambda _i, s, t=t: s.delete(t) for t in threads]
+        record("delete_thread", THREADS, _interleaved(subjects, deletes, 10))
+    with ExitStack() as stack:
+        subjects = [stack.enter_context(make()) for make in makes]
+        prepared = [s.prepare(work.big) for s in subjects]
+        puts = [lambda i, s, n=n: s.put(prepared[i][n]) for n in range(BIG)]
+        record("put 100 KB", BIG, _interleaved(subjects, puts, 25))
+        reads = [lambda _i, s, t=t: s.latest(t) for t in threads[:BIG_READS]]
+        record("latest 100 KB", BIG_READS, _interleaved(subjects, reads, 10))
     return rates
 
 
@@ -485,10 +506,12 @@ def main() -> None:
     work = Workload.build()
     results: dict[str, list[dict[str, float]]] = {name: [] for name in subjects}
     for run in range(args.runs):
-        for group in groups:  # interleaved: every subject of a comparison once per run
-            for name in group:
-                results[name].append(run_once(subjects[name], work))
-                print(f"run {run + 1}: {name} done", file=sys.stderr)
+        for group in groups:
+            for name, rates in zip(
+                group, run_group([subjects[n] for n in group], work), strict=True
+            ):
+                results[name].append(rates)
+            print(f"run {run + 1}: {', '.join(group)} done", file=sys.stderr)
     medians = {
         name: {op: statistics.median(r[op] for r in runs) for op in OPS}
         for name, runs in results.items()
