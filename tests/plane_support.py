@@ -187,9 +187,11 @@ def served_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Served]:
 
 @pytest.fixture
 def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
-    """The session plane with a fresh entitled tenant, default (per-item rejection) mode, no faults."""
+    """The session plane with a fresh entitled tenant, default (per-item rejection) mode, history
+    served, no faults."""
     served_plane.faults.reset()
     served_plane.plane.compat = False
+    served_plane.plane.history = True
     handle = PlaneHandle(
         served_plane.url, served_plane.storage, served_plane.plane, served_plane.faults
     )
@@ -198,6 +200,7 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
     served_plane.faults.release.set()
     served_plane.faults.reset()
     served_plane.plane.compat = False
+    served_plane.plane.history = True
     for client in handle.clients:
         client.close()
 
