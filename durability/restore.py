@@ -459,8 +459,11 @@ def _local_checks(
     return None, local
 
 
-def local_thread(store: Store, thread_id: str) -> LocalThread | None:
-    """What ``store`` holds of the thread (``None``: no checkpoint of it)."""
+def local_thread(store: Store, thread_id: str, *, holder: str | None = None) -> LocalThread | None:
+    """What ``store`` holds of the thread (``None``: no checkpoint of it).
+
+    ``holder``: the caller's own lease, not reported as someone else's.
+    """
     if not store.has_thread(thread_id):
         return None
     record = store.thread(thread_id)
@@ -468,12 +471,14 @@ def local_thread(store: Store, thread_id: str) -> LocalThread | None:
     unsynced = 0
     if store.capabilities.replicates:
         unsynced = sum(1 for e in store.outbox(thread_id=thread_id) if e.state != "synced")
-    lease = record.lease if record is not None and record.lease is not None else None
+    lease = record.lease if record is not None else None
+    if lease is not None and (lease.holder == holder or not lease.live(now)):
+        lease = None
     return LocalThread(
         checkpoints=record.checkpoints if record is not None else 0,
         unsynced=unsynced,
         park=store.get_park(thread_id) if store.capabilities.can_park else None,
-        lease=lease if lease is not None and lease.live(now) else None,
+        lease=lease,
         newest_at=record.newest_at if record is not None else None,
     )
 
@@ -602,7 +607,7 @@ def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -
     holder = f"restore:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     store.acquire_lease(thread_id, holder, RESTORE_LEASE)
     try:
-        local = local_thread(store, thread_id)
+        local = local_thread(store, thread_id, holder=holder)
         deleted = None
         if local is not None:
             if not overwrite:
