@@ -296,7 +296,7 @@ class RestoreResult:
     park: Park | None = None
     replaced: LocalThread | None = None
     deleted: Deleted | None = None
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @property
     def latest(self) -> Checkpoint | None:
@@ -398,7 +398,7 @@ def _plan(
     if source == SOURCE_LATEST:
         warnings.append(
             f"the plane {client.target} serves only the latest checkpoint (no history): only it is "
-            "restored, so a fork needs a step the store will not have"
+            "restored, so no earlier step can be forked from"
             + (
                 ", and this failed run cannot be resumed (nothing before its run end)"
                 if last.is_run_end and last.status == FAILED
@@ -411,13 +411,8 @@ def _plan(
         )
     park = _park_of(store, last, now, warnings)
     if park is not None and refusal is None:
-        try:
-            store._check_can_park(thread_id)
-        except ParkRefused as exc:
-            refusal = (
-                f"cannot restore thread {thread_id[:80]!r}: its run is parked at step "
-                f"{last.node_id[:80]!r} ({park.reason[:80]!r}), and {exc}"
-            )
+        refusal = _park_refusal(store, park)
+        if refusal is not None:
             warnings.append(refusal)
     owner, marks_finished = _ledger_of(rows)
     return RestorePlan(
@@ -523,6 +518,18 @@ def _park_of(store: Store, cp: Checkpoint, now: datetime, warnings: list[str]) -
     )
 
 
+def _park_refusal(store: Store, park: Park) -> str | None:
+    """Why ``store`` cannot take the park back (naming the option that would let it), or ``None``."""
+    try:
+        store._check_can_park(park.thread_id)
+    except ParkRefused as exc:
+        return (
+            f"cannot restore thread {park.thread_id[:80]!r} into {store!r}: its run is parked at "
+            f"step {park.node_id[:80]!r} ({park.reason[:80]!r}), and {exc}"
+        )
+    return None
+
+
 def _ledger_of(rows: Sequence[Checkpoint]) -> tuple[str | None, bool]:
     """The thread's owner from its root rows' run facts, and whether its ended run marks it finished."""
     root = [cp for cp in rows if cp.namespace == ""]
@@ -595,15 +602,9 @@ def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -
     if plan.empty:
         return RestoreResult(thread_id, warnings=plan.warnings)
     store.ready()
-    if plan.park is not None:
-        try:
-            store._check_can_park(thread_id)
-        except ParkRefused as exc:
-            raise RestoreError(
-                f"cannot restore thread {thread_id[:80]!r} into {store!r}: its run is parked at "
-                f"step {plan.park.node_id[:80]!r} ({plan.park.reason[:80]!r}), and {exc}; nothing "
-                "was written"
-            ) from exc
+    refusal = None if plan.park is None else _park_refusal(store, plan.park)
+    if refusal is not None:
+        raise RestoreError(f"{refusal}; nothing was written")
     holder = f"restore:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     store.acquire_lease(thread_id, holder, RESTORE_LEASE)
     try:
