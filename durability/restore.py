@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durability.clock import as_utc
+from durability.clock import parse_aware
 from durability.errors import CheckpointStoreFormatError, ParkRefused, RestoreError
 from durability.model import (
     FAILED,
@@ -484,7 +484,7 @@ def _park_of(store: Store, cp: Checkpoint, now: datetime, warnings: list[str]) -
         return None  # a LangGraph interrupt lives in its pending writes, not in a park
     horizon = waiting_horizon(store.settings)
     latest_allowed = now + horizon
-    declared = _parse_time(_dict(_dict(cp.metadata).get(RUN_METADATA)).get(PARK_DEADLINE))
+    declared = parse_aware(_dict(_dict(cp.metadata).get(RUN_METADATA)).get(PARK_DEADLINE))
     if declared is not None and declared <= latest_allowed:
         deadline, source = declared, "declared"
     else:
@@ -542,16 +542,6 @@ def _ledger_of(rows: Sequence[Checkpoint]) -> tuple[str | None, bool]:
         return None, False
     owns_thread = bool(facts.get("minted")) or facts.get("kind") == "flow"
     return owner, last.is_run_end and owns_thread
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return as_utc(parsed) if parsed.tzinfo is not None else None
 
 
 def _park_dict(park: Park) -> dict[str, Any]:
