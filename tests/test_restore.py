@@ -405,6 +405,21 @@ def test_a_thread_the_plane_lacks_too_is_refused_naming_the_plane(
     assert not fresh.has_thread("never-ran")
 
 
+def test_a_plane_that_does_not_answer_fails_the_resume_clearly(
+    fresh: Store, plane: PlaneHandle
+) -> None:
+    """A missing thread with a plane that cannot be reached fails the resume with a RestoreError
+    naming the plane (retry later), never with the key, and writes nothing."""
+    dead = connect(fresh, "http://127.0.0.1:9", plane.key, verify=False, timeout=2)
+    try:
+        with pytest.raises(RestoreError, match="127.0.0.1:9 did not answer") as caught:
+            flaky.resume(fresh, "lost-thread", connection=dead)
+        assert plane.key not in str(caught.value)
+        assert fresh.thread("lost-thread") is None
+    finally:
+        dead.close(timeout=1)
+
+
 @pytest.mark.parametrize(
     ("value", "restores", "warns"),
     [
