@@ -412,7 +412,7 @@ def test_a_plane_that_does_not_answer_fails_the_resume_clearly(
     naming the plane (retry later), never with the key, and writes nothing."""
     dead = connect(fresh, "http://127.0.0.1:9", plane.key, verify=False, timeout=2)
     try:
-        with pytest.raises(RestoreError, match="127.0.0.1:9 did not answer") as caught:
+        with pytest.raises(RestoreError, match=r"127\.0\.0\.1:9 did not answer") as caught:
             flaky.resume(fresh, "lost-thread", connection=dead)
         assert plane.key not in str(caught.value)
         assert fresh.thread("lost-thread") is None
