@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import os
 import platform
 import pstats
 import random
@@ -208,6 +209,7 @@ def profile_summary(state: Any, iterations: int = 3000, top: int = 12) -> str:
 
 def main() -> None:
     """Run the benchmark, print the table and write it into RESULTS.md."""
+    load = os.getloadavg()[0]
     states = {"rich": rich_state(), "chat": chat_state()}
     rows = []
     missed: list[str] = []
@@ -243,7 +245,9 @@ def main() -> None:
         "",
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; Python {platform.python_version()}, "
         f"orjson {version('orjson')}, langgraph {version('langgraph')}, "
-        f"langgraph-checkpoint {version('langgraph-checkpoint')}; {platform.machine()}.",
+        f"langgraph-checkpoint {version('langgraph-checkpoint')}; {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {load:.1f} at the start (the machine is shared, "
+        "so absolute figures are noisy; the ratios are what to read).",
         "",
         f"Medians of {REPETITIONS} runs of N iterations (N sized for about "
         f"{RUN_SECONDS:.0f} s of dumps+loads), the two serializers alternating in one "

@@ -65,6 +65,17 @@ def as_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def parse_aware(value: object) -> datetime | None:
+    """An ISO 8601 text with an offset as an aware UTC datetime; ``None`` for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.utcoffset() is not None else None
+
+
 def to_micros(value: datetime) -> int:
     """Microseconds since the Unix epoch, exact (stores keep times as integers)."""
     delta = as_utc(value) - _EPOCH

@@ -25,7 +25,8 @@ state; one ``node`` row per completed step (its ``state`` the state after the st
 runs again with the answer); and exactly one ``run_end`` row per terminal — completed, or
 failed with a reason (``error``, ``cancelled``, ``aborted``, ``timeout``) and the error text.
 Every row carries the run's ownership facts in ``metadata["run"]``, so a run resumed on
-another machine knows whether it owns its thread.
+another machine knows whether it owns its thread; a ``hitl_pause`` row also carries its park's
+deadline there (``park_deadline``), so a restore re-creates the park with the declared deadline.
 
 The rules (DESIGN §9, seed 004 "Who marks a thread finished"):
 
@@ -43,9 +44,11 @@ The rules (DESIGN §9, seed 004 "Who marks a thread finished"):
   :class:`AgentNode` steps whose template contains ``{flow_run_id}``, in the deployment's
   ledger) at every terminal, never at a pause, and unmarks them all whenever a run starts.
 
-**Seam for resume-time restore.** Resume, fork and stop look a thread up through
-:func:`locate_thread` before anything else; seed 000's restore-from-plane belongs there (restore
-only when the local store has no record of the thread), ahead of the refusal it makes today.
+**Resume-time restore.** Resume, fork and stop look a thread up through :func:`locate_thread`
+before anything else: a thread the local store has no checkpoint of is restored from the plane
+when the store is connected (``connection=``, or an active connection of the store) and
+``DURABILITY_RESTORE_FROM_PLANE`` allows it (seed 000 "Restore-anywhere"; see
+:mod:`durability.restore`), and refused otherwise.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durability import codec
 from durability.clock import as_utc
@@ -91,6 +94,9 @@ from durability.model import (
 from durability.settings import Retention, declare_retention, parse_duration
 from durability.stores.base import Store, check_id, redact_url
 
+if TYPE_CHECKING:
+    from durability.replication.connection import Connection
+
 log = logging.getLogger(__name__)
 
 #: ``node_id`` of a run's first row, and the position before the first step.
@@ -99,6 +105,9 @@ START_NODE = "__start__"
 RUN_END_NODE = "run_end"
 #: The ``metadata`` key holding a run's ownership facts.
 RUN_METADATA = "run"
+#: The key of a ``hitl_pause`` row's run facts holding its park's deadline (ISO 8601), so a
+#: restore from the plane re-creates the park with the deadline the ask declared.
+PARK_DEADLINE = "park_deadline"
 
 #: Why a failed run ended.
 REASON_ERROR = "error"
@@ -279,6 +288,7 @@ class Runner:
         *,
         control: RunControl | None = None,
         deployment_store: Store | None = None,
+        connection: Connection | None = None,
     ) -> RunResult:
         """Continue the thread's latest run: after its last completed step, or with ``value``.
 
@@ -290,15 +300,17 @@ class Runner:
         * completed: refused with :class:`~durability.errors.RunNotResumable`.
 
         A ``value`` for a run that is not waiting on an ask is refused, and so is a parked run
-        resumed without one.
+        resumed without one. A thread the store has no checkpoint of is first restored from the
+        plane when connected (``connection``, else the store's active connection) and
+        ``DURABILITY_RESTORE_FROM_PLANE`` allows it (:func:`locate_thread`).
         """
         action = f"resume thread {thread_id!r}"
         if value is not NO_VALUE:
             codec.dumps(value, path="value")  # refused here, before the park is claimed
-        locate_thread(store, thread_id, action=action)
-        hint = store.latest(thread_id)
-        run_id = hint.run_id if hint is not None else ""
         try:
+            locate_thread(store, thread_id, action=action, connection=connection)
+            hint = store.latest(thread_id)
+            run_id = hint.run_id if hint is not None else ""
             with self._holding(
                 _Run.peek(self, store, deployment_store, thread_id, run_id), control
             ) as held:
@@ -344,6 +356,7 @@ class Runner:
         state: Any = NO_VALUE,
         control: RunControl | None = None,
         deployment_store: Store | None = None,
+        connection: Connection | None = None,
     ) -> RunResult:
         """Branch a new thread from one of ``thread_id``'s checkpoints and run it on from there.
 
@@ -351,10 +364,11 @@ class Runner:
         checkpoint) holding the source's state, or ``state`` when given; the run continues with
         the step after the source (the parked step again, for a ``hitl_pause`` source). Without
         ``checkpoint_id`` the source is the thread's last step that is not a run end, even of a
-        completed run. A run end is not a step and cannot be forked from.
+        completed run. A run end is not a step and cannot be forked from. A source thread the
+        store has no checkpoint of is restored from the plane first, as for :meth:`resume`.
         """
         action = f"fork thread {thread_id!r}"
-        locate_thread(store, thread_id, action=action)
+        locate_thread(store, thread_id, action=action, connection=connection)
         if checkpoint_id is not None:
             source = store.get(thread_id, checkpoint_id)
             if source.is_run_end:
@@ -406,16 +420,18 @@ class Runner:
         *,
         abort: bool = False,
         deployment_store: Store | None = None,
+        connection: Connection | None = None,
     ) -> RunResult:
         """End the thread's latest run from outside: a parked or killed run nobody is running.
 
         Writes its run end (failed, reason ``cancelled``, or ``aborted`` with ``abort=True``),
         drops its pending park and marks its threads as its ownership says. A run executing in
         some process is stopped through its :class:`RunControl` instead; here its live lease
-        refuses the stop.
+        refuses the stop. A thread the store has no checkpoint of is restored from the plane
+        first, as for :meth:`resume`.
         """
         action = f"stop thread {thread_id!r}"
-        locate_thread(store, thread_id, action=action)
+        locate_thread(store, thread_id, action=action, connection=connection)
         hint = store.latest(thread_id)
         run_id = hint.run_id if hint is not None else ""
         peek = _Run.peek(self, store, deployment_store, thread_id, run_id)
@@ -940,6 +956,9 @@ class _Execution:
         """Park the run on ``ask``; a refused park fails the run with the refusal as its error."""
         run = self.run
         cp = run.row(step.name, index, STEP_HITL_PAUSE, state)
+        if ask.deadline is not None:  # the plane keeps no park: the row carries its deadline
+            facts = {**cp.metadata[RUN_METADATA], PARK_DEADLINE: ask.deadline.isoformat()}
+            cp = cp.evolve(metadata={**cp.metadata, RUN_METADATA: facts})
         self._fence()
         try:
             stored, park = run.store.park(
@@ -1036,18 +1055,35 @@ def _changes(before: Any, after: Any) -> Any:
 # ---------------------------------------------------------------------------- reading runs
 
 
-def locate_thread(store: Store, thread_id: str, *, action: str) -> None:
-    """The resume path's first look at a thread: refuse one the store holds no checkpoint of.
+def locate_thread(
+    store: Store, thread_id: str, *, action: str, connection: Connection | None = None
+) -> None:
+    """The resume path's first look at a thread: restore it if missing, else refuse it.
 
-    This is the seam for resume-time restore (seed 000 "Restore-anywhere"): when the local
-    store has no record of the thread, a restore from the plane belongs here, before the
-    refusal. Resume, fork and stop all call it before they take the thread's lease.
+    Resume, fork and stop call it before they take the thread's lease. When the store holds a
+    checkpoint of the thread, the plane is not consulted (the local copy is the source of
+    truth). Otherwise it is restored from the plane (seed 000 "Restore-anywhere",
+    :func:`durability.restore.restore_if_missing`) when ``DURABILITY_RESTORE_FROM_PLANE``
+    allows it and the store is connected (``connection``, else its active connection); a thread
+    still missing is refused with :class:`~durability.errors.RunNotResumable`, saying why the
+    plane did not supply it.
+
+    Raises:
+        RunNotResumable: neither the store nor the plane holds the thread.
+        RestoreError: the plane could not be read, or the restore was refused.
+        LeaseHeld: another worker is restoring or running the thread.
     """
     check_id(thread_id, "thread_id", action=action)
+    if store.has_thread(thread_id):
+        return
+    from durability.restore import _restore_if_missing
+
+    _, why_not = _restore_if_missing(store, thread_id, connection)
     if not store.has_thread(thread_id):
         raise RunNotResumable(
-            f"cannot {action}: the store {store!r} holds no checkpoint of it; check the thread "
-            "id and the store URL (`durability runs URL` lists the runs)"
+            f"cannot {action}: the store {store!r} holds no checkpoint of it"
+            + (f", and {why_not}" if why_not else "")
+            + "; check the thread id and the store URL (`durability runs URL` lists the runs)"
         )
 
 

@@ -28,6 +28,7 @@ from durability.plane.app import Plane
 from durability.replication import Backoff, PlaneLimits
 
 INGEST = "/public/v1/checkpoints/ingest"
+READS = "/public/v1/checkpoints/"
 
 #: Limits that disable the client's own cap checks, so the plane's refusals are what gets tested.
 NO_LOCAL_CAPS = PlaneLimits(state_bytes=10**12, step_type_chars=10**9, agent_id_chars=10**9)
@@ -40,13 +41,15 @@ class FaultLayer:
     ``"drop"`` (the server closes the connection mid-answer, the plane never sees the batch);
     ``"drop-after"`` (the plane ingests, then the answer is lost the same way); ``"slow"``
     (answers after ``slow_seconds``, past the client's timeout; the plane still ingests);
-    ``"hold"`` (waits until ``release`` is set; ``held`` is set while it waits).
+    ``"hold"`` (waits until ``release`` is set; ``held`` is set while it waits). ``paths`` records
+    the path of every HTTP request, so a test can assert that nothing reached the plane.
     """
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.faults: deque[Any] = deque()
         self.seen: list[Any] = []
+        self.paths: list[str] = []
         self.slow_seconds = 0.6
         self.held = threading.Event()
         self.release = threading.Event()
@@ -56,6 +59,7 @@ class FaultLayer:
         with self.lock:
             self.faults.clear()
             self.seen.clear()
+            self.paths.clear()
         self.held.clear()
         self.release.clear()
 
@@ -64,7 +68,16 @@ class FaultLayer:
         with self.lock:
             return len(self.seen)
 
+    @property
+    def checkpoint_reads(self) -> int:
+        """How many requests read checkpoints (latest or history) from the plane."""
+        with self.lock:
+            return sum(1 for p in self.paths if p.startswith(READS) and p != INGEST)
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            with self.lock:
+                self.paths.append(scope["path"])
         if scope["type"] != "http" or scope["path"] != INGEST:
             await self.app(scope, receive, send)
             return
@@ -187,9 +200,11 @@ def served_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Served]:
 
 @pytest.fixture
 def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
-    """The session plane with a fresh entitled tenant, default (per-item rejection) mode, no faults."""
+    """The session plane with a fresh entitled tenant, default (per-item rejection) mode, history
+    served, no faults."""
     served_plane.faults.reset()
     served_plane.plane.compat = False
+    served_plane.plane.history = True
     handle = PlaneHandle(
         served_plane.url, served_plane.storage, served_plane.plane, served_plane.faults
     )
@@ -198,6 +213,7 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
     served_plane.faults.release.set()
     served_plane.faults.reset()
     served_plane.plane.compat = False
+    served_plane.plane.history = True
     for client in handle.clients:
         client.close()
 

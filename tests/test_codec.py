@@ -844,10 +844,6 @@ def stored_foreign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str
     sys.modules.pop(name, None)
 
 
-def _forget(name: str) -> None:
-    sys.modules.pop(name, None)
-
-
 def test_unimported_module_is_not_imported_by_default(stored_foreign: tuple[str, str]) -> None:
     name, text = stored_foreign
     with pytest.raises(CodecError) as caught:

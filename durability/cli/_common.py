@@ -82,3 +82,53 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     if not rows:
         click.echo("(none)", err=sys.stderr.isatty())
+
+
+#: Where the CLI finds the plane when a command may talk to one.
+ENV_PLANE_URL = "DURABILITY_PLANE_URL"
+ENV_PLANE_KEY = "DURABILITY_PLANE_API_KEY"
+ENV_PROJECT = "DURABILITY_PROJECT"
+
+
+def plane_options(*, required: bool) -> Callable[[F], F]:
+    """``--plane``, ``--api-key-env`` and ``--project``, with their environment defaults."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option(
+            "--project",
+            envvar=ENV_PROJECT,
+            default="",
+            metavar="P",
+            help=f"The local project the connection replicates [env {ENV_PROJECT}; default none].",
+        )(fn)
+        fn = click.option(
+            "--api-key-env",
+            default=ENV_PLANE_KEY,
+            show_default=True,
+            metavar="NAME",
+            help="The environment variable holding the plane's API key (the key is never printed).",
+        )(fn)
+        return click.option(
+            "--plane",
+            "plane_url",
+            envvar=ENV_PLANE_URL,
+            required=required,
+            default=None,
+            metavar="TARGET",
+            help=f"The plane's URL, e.g. https://plane.example.com [env {ENV_PLANE_URL}].",
+        )(fn)
+
+    return decorate
+
+
+def plane_key(api_key_env: str) -> str:
+    """The API key from the environment variable ``api_key_env``; refused by name when unset."""
+    import os
+
+    key = os.environ.get(api_key_env, "").strip()
+    if not key:
+        raise click.UsageError(
+            f"no plane API key: set the environment variable {api_key_env} (or name another one "
+            "with --api-key-env); create a key with `durability plane keys create`"
+        )
+    return key

@@ -40,7 +40,12 @@ def plane() -> None:
 @click.option(
     "--compat", is_flag=True, help="Refuse whole batches with 413/422, as older planes do."
 )
-def serve(db_url: str, host: str, port: int, compat: bool) -> None:
+@click.option(
+    "--latest-only",
+    is_flag=True,
+    help="Serve no history (404 on the history path), as a plain fastaiagent plane does.",
+)
+def serve(db_url: str, host: str, port: int, compat: bool, latest_only: bool) -> None:
     """Serve the plane (ingest, latest, history, run health, the SDK's connect-time endpoints)."""
     import uvicorn
 
@@ -48,10 +53,11 @@ def serve(db_url: str, host: str, port: int, compat: bool) -> None:
     from durability.plane.server import server_config
 
     with friendly_errors():
-        app = create_app(db_url, compat=compat)
+        app = create_app(db_url, compat=compat, history=not latest_only)
     click.echo(
         f"plane on http://{host}:{port} over {app.state.plane.storage!r}"
         + (" (compat mode)" if compat else "")
+        + (" (latest only)" if latest_only else "")
     )
     uvicorn.Server(server_config(app, host=host, port=port, log_level="info")).run()
 

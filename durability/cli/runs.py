@@ -14,6 +14,8 @@ from durability.cli._common import (
     friendly_errors,
     json_option,
     open_store,
+    plane_key,
+    plane_options,
     print_json,
     print_table,
     url_argument,
@@ -110,6 +112,7 @@ def _time_left(value: Any) -> Any:
     metavar="URL",
     help="A flow's deployment store, where it marks the session threads it owns (default: URL).",
 )
+@plane_options(required=False)
 @json_option
 def resume(
     url: str,
@@ -118,6 +121,9 @@ def resume(
     value_json: str | None,
     single_worker: bool,
     deployment_url: str | None,
+    plane_url: str | None,
+    api_key_env: str,
+    project: str,
     as_json: bool,
 ) -> None:
     """Resume the latest run of THREAD in the store at URL with the runner MODULE:ATTR.
@@ -125,6 +131,11 @@ def resume(
     A parked run needs --value (its answer); a killed or failed run resumes after its last
     completed step; a completed run is refused (exit code 2). Exit code 1 when the resumed run
     fails.
+
+    With a plane (--plane or DURABILITY_PLANE_URL, the key from DURABILITY_PLANE_API_KEY) the
+    store is connected for the resume: a THREAD the store has no record of is restored from the
+    plane first (unless DURABILITY_RESTORE_FROM_PLANE is off), and the resumed run's new
+    checkpoints replicate (drained before the command exits).
     """
     from durability.errors import RunNotResumable
     from durability.runs import NO_VALUE, load_runner
@@ -143,14 +154,24 @@ def resume(
     options = {"single_worker": True} if single_worker else {}
     with friendly_errors():
         runner = load_runner(runner_spec)
+        key = plane_key(api_key_env) if plane_url else None
         with open_store(url, **options) as store:
             deployment = open_store(deployment_url) if deployment_url else None
+            connection = None
             try:
-                result = runner.resume(store, thread_id, value, deployment_store=deployment)
+                if plane_url and key:
+                    from durability.replication import connect
+
+                    connection = connect(store, plane_url, key, project_id=project)
+                result = runner.resume(
+                    store, thread_id, value, deployment_store=deployment, connection=connection
+                )
             except RunNotResumable as exc:
                 click.echo(f"not resumed: {exc}", err=True)
                 sys.exit(2)
             finally:
+                if connection is not None:
+                    connection.close(timeout=30)
                 if deployment is not None:
                     deployment.close()
     if as_json:

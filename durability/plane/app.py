@@ -19,6 +19,8 @@ Ingest answers 201 ``{ingested, rejected, rejections}``: items over a cap are re
 with the reason (``state_snapshot is N bytes, over the 1048576-byte cap``). In compatibility mode
 (``compat=True``) the plane behaves as older planes do and refuses the whole batch instead, 413
 for size and 422 for a column cap, naming the first offender (``checkpoint_id`` in the body).
+With ``history=False`` the plane serves only ``…/latest`` and answers 404 on the history path,
+as a plain fastaiagent plane does (a client then falls back to latest).
 
 Execution ids are read from the raw request path and percent-decoded segment by segment, so an id
 holding ``/``, ``?``, ``#`` or ``..`` addresses exactly that execution. The plane never runs agent
@@ -94,10 +96,16 @@ class Plane:
     """The plane's request handlers over one :class:`PlaneStorage`."""
 
     def __init__(
-        self, storage: PlaneStorage, *, compat: bool = False, caps: PlaneCaps | None = None
+        self,
+        storage: PlaneStorage,
+        *,
+        compat: bool = False,
+        history: bool = True,
+        caps: PlaneCaps | None = None,
     ) -> None:
         self.storage = storage
         self.compat = compat
+        self.history = history
         self.caps = caps or PlaneCaps()
 
     def tenant(self, request: Request) -> Tenant | None:
@@ -117,7 +125,10 @@ class Plane:
                 "key_id": tenant.key_id,
                 "entitlements": {ENTITLEMENT: tenant.entitled},
                 "limits": self.caps.announced(),
-                "features": {"checkpoint_history": True, "per_item_rejections": not self.compat},
+                "features": {
+                    "checkpoint_history": self.history,
+                    "per_item_rejections": not self.compat,
+                },
                 "plane": f"durability/{__version__}",
             }
         )
@@ -290,7 +301,7 @@ class Plane:
             if latest is None:
                 return _error(404, "no checkpoint for this execution")
             return _json(latest)
-        if len(segments) != 1 or not segments[0]:
+        if len(segments) != 1 or not segments[0] or not self.history:
             return _error(404, "not found")
         try:
             limit = _limit(request)
@@ -351,11 +362,15 @@ def create_app(
     storage: PlaneStorage | str = "sqlite:///durability-plane.db",
     *,
     compat: bool = False,
+    history: bool = True,
     caps: PlaneCaps | None = None,
 ) -> Starlette:
-    """The plane as an ASGI application over ``storage`` (a :class:`PlaneStorage` or a database URL)."""
+    """The plane as an ASGI application over ``storage`` (a :class:`PlaneStorage` or a database URL).
+
+    ``history=False`` serves only the latest checkpoint (a plain fastaiagent plane).
+    """
     store = storage if isinstance(storage, PlaneStorage) else PlaneStorage(storage)
-    plane = Plane(store, compat=compat, caps=caps)
+    plane = Plane(store, compat=compat, history=history, caps=caps)
     routes = [
         Route("/public/v1/auth/check", plane.auth_check, methods=["GET"]),
         Route("/public/v1/policy", plane.policy, methods=["GET"]),

@@ -61,7 +61,10 @@ def serve_in_thread(
     """Serve the ASGI ``app`` with uvicorn on a daemon thread; returns once it accepts requests."""
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio disables Nagle only on sockets whose proto says TCP, and
+    # accepted sockets inherit this one's (proto 0 costs every keep-alive answer a 40 ms
+    # delayed-ACK stall on loopback).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]

@@ -9,9 +9,9 @@ looks the same in a notebook whichever of them holds it. The table is in
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
+from durability.clock import parse_aware
 from durability.model import COMPLETED, INTERRUPTED, STEP_LANGGRAPH, Checkpoint
 
 #: The metadata key holding a LangGraph checkpoint's bookkeeping.
@@ -72,7 +72,7 @@ def to_checkpoint(
         interrupt_reason=reason,
         interrupt_context=context,
         state=state,
-        created_at=_timestamp(checkpoint.get("ts")),
+        created_at=parse_aware(checkpoint.get("ts")),
         metadata={**metadata, **(extra_metadata or {}), BOOKKEEPING: bookkeeping},
         seq=seq,
         size_bytes=size_bytes,
@@ -110,13 +110,3 @@ def _text(value: Any) -> str:
 
 def _integer(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None

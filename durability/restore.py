@@ -1,0 +1,769 @@
+"""Restore-anywhere (seed 000): fetch a thread from the plane and write it into a local store.
+
+The plane serves, the library executes: a restore fetches a thread's checkpoints and writes them
+locally, and a normal local resume continues from them. It validates, plans, then applies::
+
+    from durability import restore
+
+    plan = restore.plan_restore(store, "order-42", conn)   # reads only; a pure value
+    plan.to_frame()                                        # a notebook shows it as a table
+    result = restore.apply_restore(store, plan)            # writes exactly what the plan lists
+
+    restore.restore_from_plane(store, "order-42")          # plan + apply: the latest, or None
+
+What a restore writes: from this project's plane the thread's whole history (so a failed run
+resumes from its last real step on a fresh machine, which the fastaiagent SDK cannot: reference
+§6.4), from a plane that serves only the latest checkpoint (a 404 on the history path) that one
+row. Rows are written as already replicated (``synced=True``): they are never sent back (§6.5).
+An interrupted run gets its pending park back, with the deadline its ask declared (the runner
+keeps it in the row's run facts) or, from a plane that carries no deadline, the thread's waiting
+horizon: the pause's time plus the waiting retention, the latest deadline the original park
+could have had. A minted or flow-owned thread whose run ended is marked finished again (the
+ledger is not replicated; the rows' run facts say who owns the thread).
+
+Applying never overwrites a local thread silently: it refuses, unless ``overwrite=True``, which
+deletes the local thread (every checkpoint, pending write, park and ledger record) and writes
+the plane's copy; the result says what was replaced. It refuses a store in another format
+generation, and a parked run into a store that cannot hold a park (naming ``single_worker=True``
+or a shared store). It holds the thread's lease while it writes, so two restorers, or a restorer
+and a run, never interleave.
+
+Resume-time restore (:func:`restore_if_missing`, called by :func:`durability.runs.locate_thread`
+for resume, fork and stop) follows seed 000's three rules: only when the local store has no
+record of the thread, only when connected (an active connection for the store, or one passed
+in), and never when ``DURABILITY_RESTORE_FROM_PLANE`` turns it off. The switch is read before
+any network call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from durability.clock import parse_aware
+from durability.errors import CheckpointStoreFormatError, ParkRefused, RestoreError
+from durability.model import (
+    FAILED,
+    INTERRUPTED,
+    STEP_LANGGRAPH,
+    Checkpoint,
+    Deleted,
+    Lease,
+    Park,
+)
+from durability.runs import PARK_DEADLINE, RUN_METADATA
+from durability.settings import format_duration, waiting_horizon
+from durability.stores.base import Store, check_id, redact_url
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from durability.replication.client import PlaneClient
+    from durability.replication.connection import Connection
+
+log = logging.getLogger(__name__)
+
+#: The deployment-wide switch for resume-time restore (seed 000 "Restore-anywhere").
+ENV_RESTORE = "DURABILITY_RESTORE_FROM_PLANE"
+_OFF = frozenset({"0", "false", "no", "off"})
+_ON = frozenset({"1", "true", "yes", "on"})
+
+#: How long a restore holds the thread's lease while it writes (on the store's clock).
+RESTORE_LEASE = timedelta(seconds=60)
+
+#: Columns of :meth:`RestorePlan.to_frame`.
+FRAME_COLUMNS = (
+    "order",
+    "checkpoint_id",
+    "namespace",
+    "run_id",
+    "runner",
+    "node_id",
+    "step",
+    "step_type",
+    "status",
+    "created_at",
+    "park_deadline",
+    "deadline_source",
+    "note",
+)
+
+#: Where a plan's rows came from: the plane's history, or its latest checkpoint alone.
+SOURCE_HISTORY = "history"
+SOURCE_LATEST = "latest"
+
+
+# ---------------------------------------------------------------------------- the switch
+
+
+def restore_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether resume-time restore is allowed by ``DURABILITY_RESTORE_FROM_PLANE``.
+
+    Unset, empty or blank: on. ``1``/``true``/``yes``/``on``: on. ``0``/``false``/``no``/``off``:
+    off. The value is trimmed and compared without case. Any other value is off too, with a
+    WARNING (fail closed: a typo in a switch set to honour an erasure request must not restore).
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_RESTORE)
+    value = (raw or "").strip().lower()
+    if not value or value in _ON:
+        return True
+    if value not in _OFF:
+        log.warning(
+            "%s=%r is not one of 0/false/no/off or 1/true/yes/on; restore from the plane stays "
+            "off (fail closed). Set it to off or unset it.",
+            ENV_RESTORE,
+            (raw or "")[:40],
+        )
+    return False
+
+
+def connections_for(store: Store) -> list[Connection]:
+    """This process's active connections of ``store``'s database (one per project).
+
+    No network call, and no import of the HTTP stack: a process that never imported the
+    replication connections cannot have one.
+    """
+    module = sys.modules.get("durability.replication.connection")
+    if module is None:
+        return []
+    key = module.database_key(store)
+    found: list[Connection] = [
+        c for c in module.active_connections() if c.active and module.database_key(c.store) == key
+    ]
+    return found
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, slots=True)
+class LocalThread:
+    """What a store already holds of a thread a restore would replace.
+
+    ``unsynced`` counts rows the plane may not have (pending or quarantined in the outbox):
+    what an overwrite would lose for good. ``lease`` is a live lease (a run in flight).
+    """
+
+    checkpoints: int
+    unsynced: int = 0
+    park: Park | None = None
+    lease: Lease | None = None
+    newest_at: datetime | None = None
+
+    def describe(self) -> str:
+        """One line for messages."""
+        parts = [f"{self.checkpoints} checkpoint(s)"]
+        if self.unsynced:
+            parts.append(f"{self.unsynced} of them not on the plane")
+        if self.park is not None:
+            parts.append(f"a pending park ({self.park.reason!r})")
+        if self.lease is not None:
+            parts.append(f"a live lease held by {self.lease.holder!r}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """What a restore of one thread would write; a pure value (nothing is written making it).
+
+    Attributes:
+        thread_id: The thread.
+        target: The plane's URL.
+        source: ``history`` (the thread's whole history) or ``latest`` (a plane that serves only
+            the latest checkpoint).
+        checkpoints: The rows to write, in write order: each keeps its id, node, step type,
+            status and ``created_at``; the last is the latest.
+        park: The park to re-create (its ``deadline_source`` is ``declared`` or ``horizon``), or
+            ``None``.
+        owner: The thread's owner from the rows' run facts, recorded in the ledger (``None``: not
+            a runner's thread, no ledger record is written).
+        marks_finished: Whether the thread is marked finished again (a minted or flow-owned
+            thread whose run ended).
+        local: What the store already holds of the thread (``None``: nothing); applying refuses
+            unless ``overwrite=True``.
+        refusal: Why applying will refuse whatever the options (a store in another format
+            generation, a park the store cannot hold), or ``None``.
+        warnings: Everything worth reading before applying, one sentence each.
+        notes: Per checkpoint id, what is special about that row (``state-stripped: …`` for a
+            run end that reached the plane without its state).
+        planned_at: The store's clock when the plan was made.
+    """
+
+    thread_id: str
+    target: str
+    source: str
+    checkpoints: tuple[Checkpoint, ...] = ()
+    park: Park | None = None
+    owner: str | None = None
+    marks_finished: bool = False
+    local: LocalThread | None = None
+    refusal: str | None = None
+    warnings: tuple[str, ...] = ()
+    notes: Mapping[str, str] = field(default_factory=dict)
+    planned_at: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when the plane holds nothing of the thread (applying writes nothing)."""
+        return not self.checkpoints
+
+    @property
+    def latest(self) -> Checkpoint | None:
+        """The checkpoint a resume would continue from (the last one written)."""
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per checkpoint, in write order, with :data:`FRAME_COLUMNS` as keys."""
+        out = []
+        for order, cp in enumerate(self.checkpoints, start=1):
+            parks = self.park is not None and cp is self.checkpoints[-1]
+            out.append(
+                {
+                    "order": order,
+                    "checkpoint_id": cp.checkpoint_id,
+                    "namespace": cp.namespace,
+                    "run_id": cp.run_id,
+                    "runner": cp.runner,
+                    "node_id": cp.node_id,
+                    "step": cp.step,
+                    "step_type": cp.step_type,
+                    "status": cp.status,
+                    "created_at": cp.created_at,
+                    "park_deadline": self.park.deadline if parks and self.park else None,
+                    "deadline_source": self.park.deadline_source if parks and self.park else None,
+                    "note": self.notes.get(cp.checkpoint_id),
+                }
+            )
+        return out
+
+    def to_frame(self) -> pd.DataFrame:
+        """The plan as a DataFrame, one row per checkpoint in write order.
+
+        Columns: ``order`` (1-based write order), ``checkpoint_id``, ``namespace``, ``run_id``,
+        ``runner``, ``node_id``, ``step``, ``step_type``, ``status``, ``created_at`` (aware
+        UTC), ``park_deadline`` and ``deadline_source`` (on the row that gets the park, else
+        empty) and ``note`` (``state-stripped: …`` for a run end that reached the plane without
+        its state). ``frame.attrs`` holds ``thread_id``, ``target``, ``source``, ``warnings``
+        and ``refusal``.
+        """
+        import pandas as pd
+
+        frame = pd.DataFrame(self.rows(), columns=list(FRAME_COLUMNS))
+        frame.attrs.update(
+            thread_id=self.thread_id,
+            target=self.target,
+            source=self.source,
+            warnings=list(self.warnings),
+            refusal=self.refusal,
+        )
+        return frame
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data (what ``durability restore --json`` prints)."""
+        return {
+            "thread_id": self.thread_id,
+            "target": self.target,
+            "source": self.source,
+            "checkpoints": self.rows(),
+            "park": None if self.park is None else _park_dict(self.park),
+            "owner": self.owner,
+            "marks_finished": self.marks_finished,
+            "local": None if self.local is None else _local_dict(self.local),
+            "refusal": self.refusal,
+            "warnings": list(self.warnings),
+            "planned_at": self.planned_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What :func:`apply_restore` wrote.
+
+    ``checkpoints`` are the stored copies (``seq`` filled), in write order; ``park`` the
+    re-created park; ``replaced`` what an overwrite found locally and ``deleted`` what it removed.
+    """
+
+    thread_id: str
+    checkpoints: tuple[Checkpoint, ...] = ()
+    park: Park | None = None
+    replaced: LocalThread | None = None
+    deleted: Deleted | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def latest(self) -> Checkpoint | None:
+        """The last checkpoint written (what a resume continues from), or ``None``."""
+        return self.checkpoints[-1] if self.checkpoints else None
+
+
+def plan_restore(
+    store: Store,
+    thread_id: str,
+    connection: Connection | None = None,
+    *,
+    client: PlaneClient | None = None,
+    project_id: str | None = None,
+) -> RestorePlan:
+    """Plan a restore of ``thread_id`` into ``store`` from the plane: read everything, write nothing.
+
+    Args:
+        store: The store to restore into (read only here).
+        thread_id: The thread (the plane's execution id).
+        connection: The connection to read through; default: this process's active connection
+            of the store (the first that has the thread, when there are several projects).
+        client: A :class:`~durability.replication.PlaneClient` to read through instead (what the
+            CLI uses: no connection is recorded in the store).
+        project_id: The local project stamped on rows the plane got from another client (the
+            fastaiagent SDK); default the connection's. Rows this project sent keep their own.
+
+    Raises:
+        RestoreError: Not connected (no client, no active connection), or the plane could not be
+            read (unreachable, refused the key, answered with something that is not a checkpoint).
+    """
+    check_id(thread_id, "thread_id", action="plan a restore")
+    if client is not None:
+        return _plan(store, thread_id, client, project_id or "", {})
+    candidates = [connection] if connection is not None else connections_for(store)
+    active = [c for c in candidates if c is not None and c.active]
+    if not active:
+        raise RestoreError(
+            f"cannot plan a restore of thread {thread_id[:80]!r}: {store!r} is not connected to a "
+            "plane; pass connection= (replication.connect(store, target, api_key)) or client="
+        )
+    plan: RestorePlan | None = None
+    for conn in active:
+        plan = _plan(
+            store,
+            thread_id,
+            conn.client,
+            project_id if project_id is not None else conn.project_id,
+            {conn.encoder.name: conn.encoder},
+        )
+        if not plan.empty:
+            return plan
+    assert plan is not None
+    return plan
+
+
+def _plan(
+    store: Store,
+    thread_id: str,
+    client: PlaneClient,
+    project_id: str,
+    encoders: Mapping[str, Any],
+) -> RestorePlan:
+    from durability.errors import ReplicationError
+    from durability.replication.wire import checkpoint_from_wire, is_durability_item, was_stripped
+
+    warnings: list[str] = []
+    refusal, local = _local_checks(store, thread_id, warnings)
+    try:
+        latest = client.latest(thread_id)
+        pages = None if latest is None else client.iter_history(thread_id)
+        items = [] if latest is None else ([latest] if pages is None else list(pages) or [latest])
+    except ReplicationError as exc:
+        raise RestoreError(
+            f"cannot restore thread {thread_id[:80]!r}: {exc}"
+            + (f"; {exc.hint}" if exc.hint else "")
+        ) from exc
+    source = SOURCE_HISTORY if pages is not None else SOURCE_LATEST
+    now = store.clock()
+    if not items:
+        return RestorePlan(
+            thread_id, client.target, source, local=local, refusal=refusal, planned_at=now
+        )
+    rows = []
+    notes: dict[str, str] = {}
+    for item in items:
+        cp = checkpoint_from_wire(item, encoders=encoders)
+        if not is_durability_item(item):
+            cp = cp.evolve(project_id=project_id)
+        stripped = was_stripped(item)
+        if stripped:
+            notes[cp.checkpoint_id] = f"state-stripped: {stripped}"
+            warnings.append(
+                f"the run end {cp.checkpoint_id[:80]!r} reached the plane state-stripped "
+                f"({stripped[:200]}): its restored state holds only the run's outcome"
+            )
+        rows.append(cp)
+    last = rows[-1]
+    if source == SOURCE_LATEST:
+        warnings.append(
+            f"the plane {client.target} serves only the latest checkpoint (no history): only it is "
+            "restored, so no earlier step can be forked from"
+            + (
+                ", and this failed run cannot be resumed (nothing before its run end)"
+                if last.is_run_end and last.status == FAILED
+                else ""
+            )
+        )
+    if last.is_run_end and last.status != FAILED:
+        warnings.append(
+            f"its run {last.run_id[:80]!r} completed: a resume will refuse it (fork it to continue)"
+        )
+    park = _park_of(store, last, now, warnings)
+    if park is not None and refusal is None:
+        refusal = _park_refusal(store, park)
+        if refusal is not None:
+            warnings.append(refusal)
+    owner, marks_finished = _ledger_of(rows)
+    return RestorePlan(
+        thread_id,
+        client.target,
+        source,
+        checkpoints=tuple(rows),
+        park=park,
+        owner=owner,
+        marks_finished=marks_finished,
+        local=local,
+        refusal=refusal,
+        warnings=tuple(warnings),
+        notes=notes,
+        planned_at=now,
+    )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _local_checks(
+    store: Store, thread_id: str, warnings: list[str]
+) -> tuple[str | None, LocalThread | None]:
+    """The store's side of a plan: its format generation, and what it holds of the thread."""
+    try:
+        store.ready()
+    except CheckpointStoreFormatError as exc:
+        warnings.append(str(exc))
+        return str(exc), None
+    local = local_thread(store, thread_id)
+    if local is not None:
+        warnings.append(
+            f"{store!r} already holds thread {thread_id[:80]!r} ({local.describe()}): the local "
+            "copy is the source of truth on its own machine; applying refuses unless "
+            "overwrite=True, which replaces it with the plane's copy"
+        )
+    return None, local
+
+
+def local_thread(store: Store, thread_id: str, *, holder: str | None = None) -> LocalThread | None:
+    """What ``store`` holds of the thread (``None``: no checkpoint of it).
+
+    ``holder``: the caller's own lease, not reported as someone else's.
+    """
+    if not store.has_thread(thread_id):
+        return None
+    record = store.thread(thread_id)
+    now = store.clock()
+    unsynced = 0
+    if store.capabilities.replicates:
+        unsynced = sum(1 for e in store.outbox(thread_id=thread_id) if e.state != "synced")
+    lease = record.lease if record is not None else None
+    if lease is not None and (lease.holder == holder or not lease.live(now)):
+        lease = None
+    return LocalThread(
+        checkpoints=record.checkpoints if record is not None else 0,
+        unsynced=unsynced,
+        park=store.get_park(thread_id) if store.capabilities.can_park else None,
+        lease=lease,
+        newest_at=record.newest_at if record is not None else None,
+    )
+
+
+def _park_of(store: Store, cp: Checkpoint, now: datetime, warnings: list[str]) -> Park | None:
+    """The park an interrupted latest checkpoint needs back, with its deadline and where it came from."""
+    if cp.status != INTERRUPTED or cp.step_type == STEP_LANGGRAPH:
+        return None  # a LangGraph interrupt lives in its pending writes, not in a park
+    horizon = waiting_horizon(store.settings)
+    latest_allowed = now + horizon
+    declared = parse_aware(_dict(_dict(cp.metadata).get(RUN_METADATA)).get(PARK_DEADLINE))
+    if declared is not None and declared <= latest_allowed:
+        deadline, source = declared, "declared"
+    else:
+        paused = min(cp.created_at or now, now)
+        deadline, source = paused + horizon, "horizon"
+        why = (
+            f"its declared deadline {declared.isoformat()} is past this store's waiting horizon"
+            if declared is not None
+            else "the plane carries no deadline"
+        )
+        warnings.append(
+            f"{why}: the park takes the thread's waiting horizon, {deadline.isoformat()} (the "
+            f"pause at {paused.isoformat()} + {format_duration(horizon)} of waiting retention)"
+        )
+    if deadline <= now:
+        warnings.append(
+            f"the park's deadline {deadline.isoformat()} has passed: the run can still be answered "
+            "while the thread exists, but the sweep may remove it"
+        )
+    return Park(
+        thread_id=cp.thread_id,
+        deadline=deadline,
+        run_id=cp.run_id,
+        checkpoint_id=cp.checkpoint_id,
+        node_id=cp.node_id,
+        runner=cp.runner,
+        reason=cp.interrupt_reason or "",
+        context=cp.interrupt_context,
+        created_at=cp.created_at,
+        deadline_source=source,
+    )
+
+
+def _park_refusal(store: Store, park: Park) -> str | None:
+    """Why ``store`` cannot take the park back (naming the option that would let it), or ``None``."""
+    try:
+        store._check_can_park(park.thread_id)
+    except ParkRefused as exc:
+        return (
+            f"cannot restore thread {park.thread_id[:80]!r} into {store!r}: its run is parked at "
+            f"step {park.node_id[:80]!r} ({park.reason[:80]!r}), and {exc}"
+        )
+    return None
+
+
+def _ledger_of(rows: Sequence[Checkpoint]) -> tuple[str | None, bool]:
+    """The thread's owner from its root rows' run facts, and whether its ended run marks it finished."""
+    root = [cp for cp in rows if cp.namespace == ""]
+    if not root:
+        return None, False
+    last = root[-1]
+    facts = _dict(_dict(last.metadata).get(RUN_METADATA))
+    owner = facts.get("owner")
+    if not isinstance(owner, str) or not owner:
+        return None, False
+    owns_thread = bool(facts.get("minted")) or facts.get("kind") == "flow"
+    return owner, last.is_run_end and owns_thread
+
+
+def _park_dict(park: Park) -> dict[str, Any]:
+    return {
+        "checkpoint_id": park.checkpoint_id,
+        "run_id": park.run_id,
+        "node_id": park.node_id,
+        "reason": park.reason,
+        "deadline": park.deadline,
+        "deadline_source": park.deadline_source,
+    }
+
+
+def _local_dict(local: LocalThread) -> dict[str, Any]:
+    return {
+        "checkpoints": local.checkpoints,
+        "unsynced": local.unsynced,
+        "park": None if local.park is None else _park_dict(local.park),
+        "lease_holder": None if local.lease is None else local.lease.holder,
+        "newest_at": local.newest_at,
+    }
+
+
+# ---------------------------------------------------------------------------- applying
+
+
+def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -> RestoreResult:
+    """Write what ``plan`` lists into ``store``, as already replicated rows.
+
+    Every check is made again against ``store`` now, before anything is written: its format
+    generation, whether it can hold the plan's park, and what it holds of the thread. Then,
+    holding the thread's lease: the rows in order (``synced=True``), the park (the last row
+    and its park in one transaction), and the ledger record (owner; the finished mark when the
+    rows say the ended run owns the thread).
+
+    ``overwrite=True`` replaces a local thread: it deletes every checkpoint, pending write, park
+    and ledger record the store holds of it (rows the plane does not have are lost for good;
+    the plan and :attr:`RestoreResult.replaced` count them), then writes the plane's copy. It
+    never overrides a live lease: a thread a run is executing is refused either way.
+
+    Raises:
+        CheckpointStoreFormatError: The store holds another format generation (reset it first).
+        RestoreError: The store already holds the thread (and ``overwrite`` is false), or cannot
+            hold the plan's park (the message names ``single_worker=True`` or a shared store).
+        LeaseHeld: A run, or another restore, holds the thread's lease.
+    """
+    thread_id = plan.thread_id
+    if plan.empty:
+        return RestoreResult(thread_id, warnings=plan.warnings)
+    store.ready()
+    refusal = None if plan.park is None else _park_refusal(store, plan.park)
+    if refusal is not None:
+        raise RestoreError(f"{refusal}; nothing was written")
+    holder = f"restore:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    store.acquire_lease(thread_id, holder, RESTORE_LEASE)
+    try:
+        local = local_thread(store, thread_id, holder=holder)
+        deleted = None
+        if local is not None:
+            if not overwrite:
+                raise RestoreError(
+                    f"refusing to restore thread {thread_id[:80]!r} into {store!r}: it already "
+                    f"holds the thread ({local.describe()}), and the local copy is the source of "
+                    "truth on its own machine; pass overwrite=True (CLI: --overwrite) to replace "
+                    "it with the plane's copy, or delete it first (durability threads delete)"
+                )
+            deleted = store.delete_thread(thread_id)
+            store.acquire_lease(thread_id, holder, RESTORE_LEASE)  # the delete took the ledger
+            log.warning(
+                "restore of thread %r into %r replaced the local thread: deleted %d checkpoint(s) "
+                "(%d not on the plane) and %d pending write(s)%s",
+                thread_id[:80],
+                store,
+                deleted.checkpoints,
+                local.unsynced,
+                deleted.writes,
+                " and its pending park" if local.park is not None else "",
+            )
+        written, park = _write(store, plan)
+    finally:
+        store.release_lease(thread_id, holder)
+    log.info(
+        "restored thread %r into %r from the plane %s: %d checkpoint(s) (%s)%s",
+        thread_id[:80],
+        store,
+        plan.target,
+        len(written),
+        plan.source,
+        f", parked until {park.deadline.isoformat()} ({park.deadline_source})" if park else "",
+    )
+    return RestoreResult(
+        thread_id,
+        checkpoints=tuple(written),
+        park=park,
+        replaced=local,
+        deleted=deleted,
+        warnings=plan.warnings,
+    )
+
+
+def _write(store: Store, plan: RestorePlan) -> tuple[list[Checkpoint], Park | None]:
+    """Write the plan's rows (one transaction), then its park row with the park (another), then
+    the ledger record. A park that fails to land takes the rows written before it back out."""
+    rows = list(plan.checkpoints)
+    park_row = rows.pop() if plan.park is not None else None
+    written = store.put_many(rows, synced=True)
+    park = None
+    if park_row is not None and plan.park is not None:
+        try:
+            stored, park = store._park_with(
+                park_row,
+                deadline=plan.park.deadline,
+                reason=plan.park.reason,
+                context=plan.park.context,
+                source=plan.park.deadline_source,
+                synced=True,
+            )
+        except BaseException:
+            try:
+                store.delete_checkpoints(
+                    plan.thread_id, [(c.namespace, c.checkpoint_id) for c in written]
+                )
+            except Exception:  # never hide why the park failed
+                log.exception("could not take back a partial restore of %r", plan.thread_id[:80])
+            raise
+        written.append(stored)
+    if plan.owner is not None and plan.latest is not None:
+        store.record_run_start(plan.thread_id, run_id=plan.latest.run_id, owner=plan.owner)
+        if plan.marks_finished:
+            store.mark_finished(plan.thread_id)
+    return written, park
+
+
+# ---------------------------------------------------------------------------- by hand, and at resume
+
+
+def restore_from_plane(
+    store: Store, thread_id: str, connection: Connection | None = None
+) -> Checkpoint | None:
+    """Restore ``thread_id`` from the plane into ``store``; the latest checkpoint written, or ``None``.
+
+    Seed 000 "Doing it by hand": plan and apply in one call, for inspecting a run or restoring
+    into a store you are not about to run. ``None`` when not connected (no ``connection`` and no
+    active connection of the store) or when the plane holds nothing of the thread. Not governed
+    by ``DURABILITY_RESTORE_FROM_PLANE`` (an explicit call; the switch governs the restore a
+    resume makes by itself).
+
+    Raises:
+        RestoreError: the plane could not be read, the store already holds the thread, or it
+            cannot hold the run's park; :class:`~durability.errors.CheckpointStoreFormatError`
+            and :class:`~durability.errors.LeaseHeld` as :func:`apply_restore`.
+    """
+    check_id(thread_id, "thread_id", action="restore a thread from the plane")
+    candidates = [connection] if connection is not None else connections_for(store)
+    if not any(c is not None and c.active for c in candidates):
+        return None
+    plan = plan_restore(store, thread_id, connection)
+    return apply_restore(store, plan).latest if not plan.empty else None
+
+
+def restore_if_missing(
+    store: Store, thread_id: str, connection: Connection | None = None
+) -> Checkpoint | None:
+    """Seed 000's resume-time restore: the latest restored checkpoint, or ``None`` if none was made.
+
+    Restores only when ``store`` has no checkpoint of the thread (the local copy always wins:
+    the plane is not consulted), only when ``DURABILITY_RESTORE_FROM_PLANE`` allows it (read
+    before any network call) and only when connected (``connection``, else this process's
+    active connections of the store, tried in turn). A thread another worker restored meanwhile
+    is left to it (``None``). Logged at INFO.
+    """
+    return _restore_if_missing(store, thread_id, connection)[0]
+
+
+def _restore_if_missing(
+    store: Store, thread_id: str, connection: Connection | None
+) -> tuple[Checkpoint | None, str]:
+    """The restore, and why nothing was restored (for the caller's refusal) when it was not."""
+    if store.has_thread(thread_id):
+        return None, ""
+    if not restore_enabled():
+        return (
+            None,
+            f"restore from the plane is off ({ENV_RESTORE}={os.environ.get(ENV_RESTORE)!r})",
+        )
+    candidates = [connection] if connection is not None else connections_for(store)
+    active = [c for c in candidates if c is not None and c.active]
+    if not active:
+        return None, "it is not connected to a plane, so the plane was not asked"
+    for conn in active:
+        try:
+            plan = plan_restore(store, thread_id, conn)
+            if plan.empty:
+                continue
+            result = apply_restore(store, plan)
+        except RestoreError:
+            if store.has_thread(thread_id):  # another worker restored it meanwhile
+                return None, ""
+            raise
+        log.debug(  # apply_restore logged the restore itself at INFO
+            "thread %r was missing from %r: restored %d checkpoint(s) from the plane %s",
+            thread_id[:80],
+            store,
+            len(result.checkpoints),
+            conn.target,
+        )
+        return result.latest, ""
+    targets = ", ".join(sorted({redact_url(c.target) for c in active}))
+    return None, f"the plane ({targets}) holds none either"
+
+
+__all__ = [
+    "ENV_RESTORE",
+    "FRAME_COLUMNS",
+    "LocalThread",
+    "RestorePlan",
+    "RestoreResult",
+    "apply_restore",
+    "connections_for",
+    "local_thread",
+    "plan_restore",
+    "restore_enabled",
+    "restore_from_plane",
+    "restore_if_missing",
+]
