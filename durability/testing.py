@@ -341,7 +341,11 @@ def check_hostile_ids(target: StoreTarget) -> None:
         )
         assert isinstance(err, ValueError)
         raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="")), contains="empty")
-        raises(InvalidIdError, lambda: store.put(Checkpoint(thread_id="half \ud800 pair")), contains="lone surrogate")
+        raises(
+            InvalidIdError,
+            lambda: store.put(Checkpoint(thread_id="half \ud800 pair")),
+            contains="lone surrogate",
+        )
         assert not store.has_thread("nul-free")
         with_nul = store.put(
             Checkpoint(thread_id="nul-in-state", state={"text": "a\x00b", "key\x00": 1})
