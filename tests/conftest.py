@@ -1,14 +1,16 @@
 """Shared fixtures: a store target per provider, isolated per test.
 
-Postgres and Redis join when their servers answer on loopback; in CI (``CI=true``) a missing
-server fails the test instead of skipping it.
+Postgres and Redis join when their servers answer on loopback (PostgreSQL 127.0.0.1:5432,
+trust auth, database ``test``; Redis 127.0.0.1:6379). Each test gets its own Postgres schema
+or Redis key prefix, removed afterwards, so tests can share the servers with other people's.
+In CI (``CI=true``) a missing server fails the test instead of skipping it.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,12 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 #: The replication tests' plane on loopback (fixtures ``served_plane`` and ``plane``).
 pytest_plugins = ["plane_support"]
 
-PROVIDERS = ["memory", "sqlite"]
+PROVIDERS = ["memory", "sqlite", "postgres", "redis"]
+
+POSTGRES_URL = os.environ.get(
+    "DURABILITY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("DURABILITY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def need_service(name: str, reason: str) -> None:
@@ -30,14 +37,110 @@ def need_service(name: str, reason: str) -> None:
     pytest.skip(f"{name} not available: {reason}")
 
 
+def postgres_admin() -> object:
+    """A SQLAlchemy engine on the test database, or a skip/fail when the server is missing."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(POSTGRES_URL, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:
+        engine.dispose()
+        need_service("PostgreSQL", f"{POSTGRES_URL}: {exc}")
+    return engine
+
+
+def redis_admin() -> object:
+    """A redis client on the test server, or a skip/fail when the server is missing."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except Exception as exc:
+        client.close()
+        need_service("Redis", f"{REDIS_URL}: {exc}")
+    return client
+
+
+def kill_postgres_sessions(engine: object, application_name: str) -> Callable[[], int]:
+    """A callable that terminates every backend session opened under ``application_name``."""
+
+    def kill() -> int:
+        with engine.connect() as conn:  # type: ignore[attr-defined]
+            rows = conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %(name)s AND pid <> pg_backend_pid()",
+                {"name": application_name},
+            ).all()
+        return len(rows)
+
+    return kill
+
+
+def kill_redis_clients(client: object, client_name: str) -> Callable[[], int]:
+    """A callable that CLIENT KILLs every connection named ``client_name``."""
+
+    def kill() -> int:
+        ids = [c["id"] for c in client.client_list() if c.get("name") == client_name]  # type: ignore[attr-defined]
+        for client_id in ids:
+            client.client_kill_filter(_id=client_id)  # type: ignore[attr-defined]
+        return len(ids)
+
+    return kill
+
+
+def drop_redis_prefix(client: object, prefix: str) -> None:
+    """Delete every key under ``prefix`` (SCAN + DEL of that prefix only, never FLUSHDB)."""
+    batch = []
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):  # type: ignore[attr-defined]
+        batch.append(key)
+        if len(batch) >= 500:
+            client.delete(*batch)  # type: ignore[attr-defined]
+            batch.clear()
+    if batch:
+        client.delete(*batch)  # type: ignore[attr-defined]
+
+
 def make_target(provider: str, tmp_path: Path) -> Iterator[StoreTarget]:
     """An isolated store location for ``provider``; cleaned up afterwards."""
+    tag = uuid.uuid4().hex[:12]
     if provider == "memory":
-        yield StoreTarget(f"memory://test-{uuid.uuid4().hex}")
+        yield StoreTarget(f"memory://test-{tag}")
     elif provider == "sqlite":
-        yield StoreTarget(f"sqlite:///{tmp_path / 'store.db'}", {"single_worker": True}, cross_process=True)
+        yield StoreTarget(
+            f"sqlite:///{tmp_path / 'store.db'}", {"single_worker": True}, cross_process=True
+        )
     elif provider == "sqlite-plain":
         yield StoreTarget(f"sqlite:///{tmp_path / 'plain.db'}", cross_process=True)
+    elif provider == "postgres":
+        engine = postgres_admin()
+        schema, app = f"test_{tag}", f"durability-test-{tag}"
+        url = f"{POSTGRES_URL}?schema={schema}&application_name={app}"
+        try:
+            yield StoreTarget(
+                url, cross_process=True, kill_connections=kill_postgres_sessions(engine, app)
+            )
+        finally:
+            with engine.begin() as conn:  # type: ignore[attr-defined]
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %(name)s",
+                    {"name": app},
+                )
+                conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            engine.dispose()  # type: ignore[attr-defined]
+    elif provider == "redis":
+        client = redis_admin()
+        prefix, name = f"durability-test-{tag}:", f"durability-test-{tag}"
+        url = f"{REDIS_URL}?prefix={prefix}&client_name={name}"
+        try:
+            yield StoreTarget(
+                url, cross_process=True, kill_connections=kill_redis_clients(client, name)
+            )
+        finally:
+            drop_redis_prefix(client, prefix)
+            client.close()  # type: ignore[attr-defined]
     else:  # pragma: no cover - guarded by PROVIDERS
         raise ValueError(provider)
 

@@ -21,7 +21,7 @@ CONDA_TO_PIP = {"prometheus_client": "prometheus-client", "redis-py": "redis"}
 
 def test_import_durability_is_light() -> None:
     """`import durability` loads none of the heavy libraries."""
-    code = "import sys, durability; print(','.join(m for m in %r if m in sys.modules))" % (HEAVY,)
+    code = f"import sys, durability; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"import durability loaded: {out.stdout.strip()}"
 
@@ -58,4 +58,6 @@ def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
             name = _name(dep)
             if name not in ("python", "pip"):
                 listed.add(_name(CONDA_TO_PIP.get(name, name)))
-    assert listed == wanted, f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
+    assert listed == wanted, (
+        f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
+    )

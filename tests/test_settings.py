@@ -63,13 +63,25 @@ def test_defaults_and_environment() -> None:
     """The defaults are 30 and 7 days; the environment overrides them."""
     assert Settings.from_env({}) == Settings(url="sqlite:///durability.db")
     settings = Settings.from_env(
-        {"DURABILITY_WAITING_RETENTION": "10d", "DURABILITY_FINISHED_RETENTION": "PT12H", "DURABILITY_URL": "memory://"}
+        {
+            "DURABILITY_WAITING_RETENTION": "10d",
+            "DURABILITY_FINISHED_RETENTION": "PT12H",
+            "DURABILITY_URL": "memory://",
+        }
     )
-    assert (settings.url, settings.waiting_retention, settings.finished_retention) == ("memory://", timedelta(days=10), timedelta(hours=12))
+    assert (settings.url, settings.waiting_retention, settings.finished_retention) == (
+        "memory://",
+        timedelta(days=10),
+        timedelta(hours=12),
+    )
 
 
-@pytest.mark.parametrize("legacy", ["LLM_PROVIDER_CHECKPOINT_TTL_MINUTES", "FLOW_CHECKPOINT_RETENTION_DAYS"])
-def test_removed_variables_are_refused_at_boot_and_on_every_write(legacy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "legacy", ["LLM_PROVIDER_CHECKPOINT_TTL_MINUTES", "FLOW_CHECKPOINT_RETENTION_DAYS"]
+)
+def test_removed_variables_are_refused_at_boot_and_on_every_write(
+    legacy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A deployment still setting a removed variable is refused, naming it and its replacement."""
     with pytest.raises(ConfigError, match=legacy) as info:
         Settings.from_env({legacy: "60"})
@@ -84,10 +96,12 @@ def test_removed_variables_are_refused_at_boot_and_on_every_write(legacy: str, m
 
 def test_declared_retention_is_shorter_only() -> None:
     """A declared value above the platform's is refused naming both values, never shortened."""
-    assert declare_retention(PLATFORM, waiting="10d", finished="2d") == Retention(timedelta(days=10), timedelta(days=2))
-    with pytest.raises(RetentionError, match="40d.*30d"):
+    assert declare_retention(PLATFORM, waiting="10d", finished="2d") == Retention(
+        timedelta(days=10), timedelta(days=2)
+    )
+    with pytest.raises(RetentionError, match=r"40d.*30d"):
         declare_retention(PLATFORM, waiting="40d")
-    with pytest.raises(RetentionError, match="8d.*7d"):
+    with pytest.raises(RetentionError, match=r"8d.*7d"):
         declare_retention(PLATFORM, finished="8d")
     with pytest.raises(RetentionError, match="finished 5d is longer than the declared waiting 3d"):
         declare_retention(PLATFORM, waiting="3d", finished="5d")
@@ -100,7 +114,9 @@ def test_a_declaration_may_give_one_value() -> None:
     assert finished_horizon(PLATFORM, only_finished) == timedelta(days=1)
     only_waiting = declare_retention(PLATFORM, waiting="3d")
     assert finished_horizon(PLATFORM, only_waiting) == timedelta(days=3)
-    assert finished_horizon(PLATFORM, declare_retention(PLATFORM, waiting="20d")) == timedelta(days=7)
+    assert finished_horizon(PLATFORM, declare_retention(PLATFORM, waiting="20d")) == timedelta(
+        days=7
+    )
     assert finished_horizon(PLATFORM, None) == timedelta(days=7)
 
 
@@ -119,6 +135,14 @@ def test_park_deadline_rules() -> None:
     with pytest.raises(ParkRefused, match="no deadline"):
         check_park_deadline(PLATFORM, None, thread_id="t", now=NOW, deadline=None)
     with pytest.raises(ParkRefused, match="past the thread's waiting retention of 30d"):
-        check_park_deadline(PLATFORM, None, thread_id="t", now=NOW, deadline=NOW + timedelta(days=30, seconds=1))
+        check_park_deadline(
+            PLATFORM, None, thread_id="t", now=NOW, deadline=NOW + timedelta(days=30, seconds=1)
+        )
     with pytest.raises(ParkRefused, match="2d"):
-        check_park_deadline(PLATFORM, Retention(waiting=timedelta(days=2)), thread_id="t", now=NOW, deadline=NOW + timedelta(days=3))
+        check_park_deadline(
+            PLATFORM,
+            Retention(waiting=timedelta(days=2)),
+            thread_id="t",
+            now=NOW,
+            deadline=NOW + timedelta(days=3),
+        )

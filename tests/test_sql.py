@@ -12,7 +12,13 @@ from durability import Checkpoint
 from durability.errors import CheckpointStoreFormatError, ConfigError, StoreUnavailable
 from durability.settings import Settings
 from durability.stores.base import redact_url
-from durability.stores.sql import MIGRATIONS, SQLStore, _checkpoint_table, meta_table, migrations_table
+from durability.stores.sql import (
+    MIGRATIONS,
+    SQLStore,
+    _checkpoint_table,
+    meta_table,
+    migrations_table,
+)
 
 
 def open_sqlite(path: Path, **options: object) -> SQLStore:
@@ -42,9 +48,26 @@ def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
         v1 = _checkpoint_table(sa.MetaData(), outbox=False)
         conn.execute(
             v1.insert().values(
-                tkey="k", ckey="c", thread_id="old-thread", namespace="", checkpoint_id="old-1", run_id="", runner="",
-                node_id="n", step=0, status="completed", iteration=0, created_at=0, project_id="", state="{}",
-                node_input="{}", node_output="{}", iteration_counters="{}", interrupt_context="{}", metadata="{}", size_bytes=12,
+                tkey="k",
+                ckey="c",
+                thread_id="old-thread",
+                namespace="",
+                checkpoint_id="old-1",
+                run_id="",
+                runner="",
+                node_id="n",
+                step=0,
+                status="completed",
+                iteration=0,
+                created_at=0,
+                project_id="",
+                state="{}",
+                node_input="{}",
+                node_output="{}",
+                iteration_counters="{}",
+                interrupt_context="{}",
+                metadata="{}",
+                size_bytes=12,
             )
         )
     engine.dispose()
@@ -64,7 +87,10 @@ def test_checkpoints_without_a_generation_are_refused(tmp_path: Path) -> None:
     with engine.begin() as conn:
         conn.execute(meta_table.delete())
     engine.dispose()
-    with open_sqlite(path) as store, pytest.raises(CheckpointStoreFormatError, match="records no format generation"):
+    with (
+        open_sqlite(path) as store,
+        pytest.raises(CheckpointStoreFormatError, match="records no format generation"),
+    ):
         store.history("t")
 
 
@@ -88,7 +114,9 @@ def test_a_store_nobody_uses_is_never_touched(tmp_path: Path) -> None:
         ("not a url", {}, "give a URL"),
     ],
 )
-def test_bad_options_are_refused_clearly(url: str, options: dict[str, object], message: str) -> None:
+def test_bad_options_are_refused_clearly(
+    url: str, options: dict[str, object], message: str
+) -> None:
     """A bad URL or option is refused at open, naming it."""
     with pytest.raises(ConfigError, match=message):
         durability.open(url, settings=Settings(), **options)
@@ -96,12 +124,16 @@ def test_bad_options_are_refused_clearly(url: str, options: dict[str, object], m
 
 def test_passwords_never_appear(tmp_path: Path) -> None:
     """A password in the URL is masked in reprs and messages."""
-    assert redact_url("postgresql+psycopg://me:s3cret@db.example/x") == "postgresql+psycopg://me:***@db.example/x"
+    assert (
+        redact_url("postgresql+psycopg://me:s3cret@db.example/x")
+        == "postgresql+psycopg://me:***@db.example/x"
+    )
     store = durability.open("postgresql+psycopg://me:s3cret@127.0.0.1:1/nodb", settings=Settings())
     assert "s3cret" not in repr(store)
     with pytest.raises(StoreUnavailable) as info:
         store.latest("t")
-    assert "s3cret" not in str(info.value) and "unavailable" in str(info.value)
+    assert "s3cret" not in str(info.value)
+    assert "unavailable" in str(info.value)
     assert isinstance(info.value, ConnectionError)
 
 

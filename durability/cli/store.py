@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, open_store, print_json, url_argument
+from durability.cli._common import (
+    friendly_errors,
+    json_option,
+    open_store,
+    print_json,
+    url_argument,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -29,7 +35,9 @@ def reset(url: str, yes: bool, as_json: bool) -> None:
     """
     with friendly_errors(), open_store(url) as opened:
         if not yes:
-            click.confirm(f"Delete every checkpoint, write, park and ledger record in {opened!r}?", abort=True)
+            click.confirm(
+                f"Delete every checkpoint, write, park and ledger record in {opened!r}?", abort=True
+            )
         opened.reset()
         from durability.stores.base import FORMAT_GENERATION
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, open_store, print_json, print_table, url_argument
+from durability.cli._common import (
+    friendly_errors,
+    json_option,
+    open_store,
+    print_json,
+    print_table,
+    url_argument,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -19,7 +26,9 @@ def threads() -> None:
 
 @threads.command("list")
 @url_argument
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most this many threads.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Show at most this many threads."
+)
 @json_option
 def list_threads(url: str, limit: int | None, as_json: bool) -> None:
     """List the threads in the store at URL: checkpoints, size, newest write, owner, finished mark."""
@@ -34,7 +43,18 @@ def list_threads(url: str, limit: int | None, as_json: bool) -> None:
         return
     print_table(
         ["thread", "checkpoints", "bytes", "newest", "owner", "finished", "due"],
-        [(r.thread_id, r.checkpoints, r.size_bytes, r.newest_at, r.owner, r.finished_at, r.due_at) for r in records],
+        [
+            (
+                r.thread_id,
+                r.checkpoints,
+                r.size_bytes,
+                r.newest_at,
+                r.owner,
+                r.finished_at,
+                r.due_at,
+            )
+            for r in records
+        ],
     )
 
 
@@ -42,14 +62,23 @@ def list_threads(url: str, limit: int | None, as_json: bool) -> None:
 @url_argument
 @click.argument("thread_id")
 @click.option("--namespace", default=None, help="Only this namespace (default: every namespace).")
-@click.option("--state", "with_state", is_flag=True, help="Include each checkpoint's state (JSON output only).")
+@click.option(
+    "--state",
+    "with_state",
+    is_flag=True,
+    help="Include each checkpoint's state (JSON output only).",
+)
 @json_option
-def show_thread(url: str, thread_id: str, namespace: str | None, with_state: bool, as_json: bool) -> None:
+def show_thread(
+    url: str, thread_id: str, namespace: str | None, with_state: bool, as_json: bool
+) -> None:
     """Show one thread's checkpoints, oldest first."""
     with friendly_errors(), open_store(url) as store:
         record = store.thread(thread_id)
         if record is None:
-            raise click.ClickException(f"no thread {thread_id!r} in {store!r}; list threads with `durability threads list`")
+            raise click.ClickException(
+                f"no thread {thread_id!r} in {store!r}; list threads with `durability threads list`"
+            )
         history = store.history(thread_id, namespace)
         park = store.get_park(thread_id) if store.capabilities.can_park else None
     if as_json:
@@ -63,14 +92,43 @@ def show_thread(url: str, thread_id: str, namespace: str | None, with_state: boo
             rows.append(row)
         print_json({"thread": _record_json(record), "park": _park_json(park), "checkpoints": rows})
         return
-    click.echo(f"thread {thread_id}: {record.checkpoints} checkpoints, {record.size_bytes} bytes, owner {record.owner or '-'}")
+    click.echo(
+        f"thread {thread_id}: {record.checkpoints} checkpoints, {record.size_bytes} bytes, owner {record.owner or '-'}"
+    )
     if record.finished_at:
-        click.echo(f"finished at {record.finished_at.isoformat()}, due for the sweep at {record.due_at.isoformat() if record.due_at else '-'}")
+        click.echo(
+            f"finished at {record.finished_at.isoformat()}, due for the sweep at {record.due_at.isoformat() if record.due_at else '-'}"
+        )
     if park is not None:
         click.echo(f"parked: {park.reason!r}, deadline {park.deadline.isoformat()}")
     print_table(
-        ["seq", "checkpoint", "namespace", "run", "node", "step", "step type", "status", "created", "bytes"],
-        [(c.seq, c.checkpoint_id, c.namespace, c.run_id, c.node_id, c.step, c.step_type, c.status, c.created_at, c.size_bytes) for c in history],
+        [
+            "seq",
+            "checkpoint",
+            "namespace",
+            "run",
+            "node",
+            "step",
+            "step type",
+            "status",
+            "created",
+            "bytes",
+        ],
+        [
+            (
+                c.seq,
+                c.checkpoint_id,
+                c.namespace,
+                c.run_id,
+                c.node_id,
+                c.step,
+                c.step_type,
+                c.status,
+                c.created_at,
+                c.size_bytes,
+            )
+            for c in history
+        ],
     )
 
 
@@ -101,14 +159,32 @@ def delete_thread(url: str, thread_id: str, force: bool, yes: bool, as_json: boo
             click.confirm(f"Delete thread {thread_id!r} from {store!r}?", abort=True)
         deleted = store.delete_thread(thread_id)
     if as_json:
-        print_json({"thread_id": thread_id, "checkpoints": deleted.checkpoints, "writes": deleted.writes})
+        print_json(
+            {"thread_id": thread_id, "checkpoints": deleted.checkpoints, "writes": deleted.writes}
+        )
     else:
-        click.echo(f"deleted thread {thread_id}: {deleted.checkpoints} checkpoints, {deleted.writes} pending writes")
+        click.echo(
+            f"deleted thread {thread_id}: {deleted.checkpoints} checkpoints, {deleted.writes} pending writes"
+        )
 
 
 _CHECKPOINT_FIELDS = (
-    "seq", "checkpoint_id", "namespace", "run_id", "parent_checkpoint_id", "runner", "agent_id", "agent_path",
-    "node_id", "step", "step_type", "status", "interrupt_reason", "created_at", "project_id", "size_bytes",
+    "seq",
+    "checkpoint_id",
+    "namespace",
+    "run_id",
+    "parent_checkpoint_id",
+    "runner",
+    "agent_id",
+    "agent_path",
+    "node_id",
+    "step",
+    "step_type",
+    "status",
+    "interrupt_reason",
+    "created_at",
+    "project_id",
+    "size_bytes",
 )
 
 

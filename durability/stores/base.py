@@ -118,8 +118,14 @@ class EncodedCheckpoint:
     seq: int | None = None
 
     @classmethod
-    def encode(cls, cp: Checkpoint) -> EncodedCheckpoint:
-        """Encode ``cp`` (ids and ``created_at`` already filled); refusals name the field."""
+    def encode(
+        cls, cp: Checkpoint, *, checkpoint_id: str = "", created_at: datetime | None = None
+    ) -> EncodedCheckpoint:
+        """Encode ``cp``; refusals name the field.
+
+        ``checkpoint_id`` and ``created_at``, when given, replace the checkpoint's own (a
+        store fills them); the result must have both.
+        """
         texts = {
             "state": codec.dumps(cp.state, path="state"),
             "node_input": codec.dumps(cp.node_input, path="node_input"),
@@ -128,11 +134,12 @@ class EncodedCheckpoint:
             "interrupt_context": codec.dumps(cp.interrupt_context, path="interrupt_context"),
             "metadata": codec.dumps(cp.metadata, path="metadata"),
         }
-        assert cp.created_at is not None
+        created_at = created_at or cp.created_at
+        assert created_at is not None
         return cls(
             thread_id=cp.thread_id,
             namespace=cp.namespace,
-            checkpoint_id=cp.checkpoint_id,
+            checkpoint_id=checkpoint_id or cp.checkpoint_id,
             run_id=cp.run_id,
             parent_checkpoint_id=cp.parent_checkpoint_id,
             runner=cp.runner,
@@ -144,10 +151,15 @@ class EncodedCheckpoint:
             status=cp.status,
             iteration=cp.iteration,
             interrupt_reason=cp.interrupt_reason,
-            created_at=cp.created_at,
+            created_at=created_at,
             project_id=cp.project_id,
+            state=texts["state"],
+            node_input=texts["node_input"],
+            node_output=texts["node_output"],
+            iteration_counters=texts["iteration_counters"],
+            interrupt_context=texts["interrupt_context"],
+            metadata=texts["metadata"],
             size_bytes=sum(len(t.encode("utf-8", "surrogatepass")) for t in texts.values()),
-            **texts,
         )
 
     def decode(self) -> Checkpoint:
@@ -257,12 +269,25 @@ def check_id(value: object, what: str, *, action: str, allow_empty: bool = False
             f"cannot {action}: {what} {_short(value)} contains a NUL character, which no store "
             "can index; remove it (NUL is fine inside state)"
         )
+    if _has_lone_surrogate(value):
+        raise InvalidIdError(
+            f"cannot {action}: {what} {_short(value)} contains a lone surrogate (half of a UTF-16 "
+            "pair), which no store can index; pass valid text (lone surrogates are fine inside state)"
+        )
     if len(value) > MAX_ID_LENGTH:
         raise InvalidIdError(
             f"cannot {action}: {what} is {len(value)} characters, over the {MAX_ID_LENGTH}-character "
             "limit; use a shorter id (a hash of the long one, say)"
         )
     return value
+
+
+def _has_lone_surrogate(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _short(value: str, limit: int = 60) -> str:
@@ -324,9 +349,16 @@ class Store(ABC):
             generation = self._read_generation()
             if generation is None:
                 if self._has_any_checkpoint():
-                    raise self._format_error("holds checkpoints but records no format generation")
-                self._write_generation(FORMAT_GENERATION)
-            elif generation != FORMAT_GENERATION:
+                    # Another handle may have recorded it and written since we read: a store is
+                    # refused only if its checkpoints still have no generation beside them.
+                    generation = self._read_generation()
+                    if generation is None:
+                        raise self._format_error(
+                            "holds checkpoints but records no format generation"
+                        )
+                else:
+                    self._write_generation(FORMAT_GENERATION)
+            if generation is not None and generation != FORMAT_GENERATION:
                 raise self._format_error(f"was written in format generation {generation}")
             self._ready = True
 
@@ -347,9 +379,10 @@ class Store(ABC):
     # ------------------------------------------------------------------ checkpoints
 
     def put(self, checkpoint: Checkpoint, *, synced: bool = False) -> Checkpoint:
-        """Store ``checkpoint`` and return the stored copy (``seq``, ``size_bytes`` filled).
+        """Store ``checkpoint`` and return it as stored: ``seq`` and ``size_bytes`` filled.
 
-        An empty ``checkpoint_id`` gets a fresh UUID and a missing ``created_at`` the store's
+        The returned checkpoint carries the payload objects passed in (a read returns equal
+        ones, decoded from the store). An empty ``checkpoint_id`` gets a fresh UUID and a missing ``created_at`` the store's
         clock. An id already stored in the thread and namespace raises
         :class:`~durability.errors.CheckpointConflict`. ``synced=True`` writes the row as
         already replicated (a restore writes what the plane already has).
@@ -367,7 +400,9 @@ class Store(ABC):
         seqs = self._insert(rows, synced=synced)
         if not synced:
             self._notify_write()
-        return [self._stored(cp_row, seq) for cp_row, seq in zip(rows, seqs, strict=True)]
+        return [
+            self._stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)
+        ]
 
     def _prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         check_id(cp.thread_id, "thread_id", action=action)
@@ -379,18 +414,26 @@ class Store(ABC):
             check_id(
                 cp.parent_checkpoint_id, "parent_checkpoint_id", action=action, allow_empty=True
             )
-        filled = cp.evolve(
+        return EncodedCheckpoint.encode(
+            cp,
             checkpoint_id=cp.checkpoint_id or str(uuid.uuid4()),
             created_at=cp.created_at if cp.created_at is not None else self.clock(),
-            seq=None,
-            size_bytes=None,
         )
-        return EncodedCheckpoint.encode(filled)
 
     @staticmethod
-    def _stored(row: EncodedCheckpoint, seq: int) -> Checkpoint:
+    def _stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
+        """What a put returns: ``cp`` with what the store filled in.
+
+        Not decoded back from ``row``: the codec round-trips exactly, so a read returns an
+        equal checkpoint, and decoding what was just encoded cost a third of a SQLite put.
+        """
         row.seq = seq
-        return row.decode()
+        return cp.evolve(
+            checkpoint_id=row.checkpoint_id,
+            created_at=row.created_at,
+            seq=seq,
+            size_bytes=row.size_bytes,
+        )
 
     def latest(self, thread_id: str, namespace: str = "") -> Checkpoint | None:
         """The last checkpoint written in the thread and namespace (highest ``seq``), or ``None``."""
@@ -501,6 +544,18 @@ class Store(ABC):
         self._check_thread(thread_id, "", "delete a thread")
         self.ready()
         return self._delete_thread(thread_id)
+
+    def finished_due(self, now: datetime | None = None) -> list[ThreadRecord]:
+        """Threads marked finished whose due time is at or before ``now``, earliest due first.
+
+        What the sweep deletes first (seed 004). Providers answer it from an index of the
+        finished set; this default walks every thread.
+        """
+        self.ready()
+        return sorted(self._finished_due(now or self.clock()), key=_due_order)
+
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        return [r for r in self.iter_threads() if r.due_at is not None and r.due_at <= now]
 
     def delete_checkpoints(self, thread_id: str, checkpoints: Sequence[CheckpointKey]) -> Deleted:
         """Remove these checkpoints of the thread and their pending writes (absent ones are skipped).
@@ -726,7 +781,7 @@ class Store(ABC):
         seq = self._insert_park(row, park, synced=synced)
         if not synced:
             self._notify_write()
-        return self._stored(row, seq), park
+        return self._stored(cp, row, seq), park
 
     def _check_can_park(self, thread_id: str) -> None:
         if not self.capabilities.can_park:
@@ -1106,6 +1161,25 @@ def park_exists_message(thread_id: str) -> str:
 def _check_positive(value: timedelta, what: str, action: str) -> None:
     if value <= timedelta(0):
         raise InvalidIdError(f"cannot {action}: {what} {value} must be positive")
+
+
+def _due_order(record: ThreadRecord) -> tuple[datetime, str]:
+    assert record.due_at is not None
+    return record.due_at, record.thread_id
+
+
+def cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
+    """The longest prefix of ``rows`` within ``max_bytes`` of ``size_bytes``; the first row always fits."""
+    if max_bytes is None:
+        return rows
+    kept: list[EncodedCheckpoint] = []
+    total = 0
+    for row in rows:
+        if kept and total + row.size_bytes > max_bytes:
+            break
+        kept.append(row)
+        total += row.size_bytes
+    return kept
 
 
 def retention_of(record: ThreadRecord | None) -> Retention | None:

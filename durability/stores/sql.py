@@ -1,25 +1,34 @@
 """The SQL store: one SQLAlchemy Core implementation for SQLite and Postgres.
 
 * SQLite (``sqlite:///path.db``, the embedded default): WAL journal, a busy timeout, and
-  ``BEGIN IMMEDIATE`` for every write so concurrent writers (threads or processes) queue
-  instead of failing half-way. ``synchronous=NORMAL`` by default: a committed checkpoint
-  survives the process being killed; on power loss the last commits may roll back (pass
-  ``synchronous="FULL"`` to fsync every commit).
-* Postgres (``postgresql+psycopg://…``, ``?schema=name`` optional): a pooled engine with
-  pre-ping so a dropped connection is replaced before it is used.
+  ``BEGIN IMMEDIATE`` for every multi-statement write so concurrent writers (threads or
+  processes) queue instead of failing half-way. ``synchronous=NORMAL`` by default: a committed
+  checkpoint survives the process being killed; on power loss the last commits may roll back
+  (pass ``synchronous="FULL"`` to fsync every commit).
+* Postgres (``postgresql+psycopg://…``, ``?schema=name`` optional, created if missing): a
+  bounded pool whose checkout pre-pings (see :func:`_pre_ping`), sessions named
+  ``durability``; an idempotent operation that meets a dropped connection runs once more.
 
-Both keep state as TEXT (Postgres JSONB cannot hold ``\\u0000``), index long ids through a
-128-bit hash (a Postgres btree entry is capped near 2.7 KB, and a 10 KB id must work), take
-exclusive claims with ``DELETE … RETURNING``, and evolve through the ordered, recorded,
-additive :data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.errors` in
-:meth:`SQLStore._errors`, the one boundary.
+Connections run in autocommit: a single statement (a put, a read, a claim) is one round trip,
+and the hot ones run on a DBAPI cursor with prebuilt SQL (:class:`_HotStatements`). Both keep
+state as TEXT (Postgres JSONB cannot hold ``\\u0000``), index long ids through a 128-bit hash
+(a Postgres btree entry is capped near 2.7 KB, and a 10 KB id must work), take exclusive claims
+with ``DELETE … RETURNING``, and evolve through the ordered, recorded, additive
+:data:`MIGRATIONS` list. Driver errors are mapped to :mod:`durability.errors` in
+:meth:`SQLStore._translate`, the one boundary.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import os
 import re
+import select
+import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -37,6 +46,7 @@ from durability.clock import from_micros, to_micros
 from durability.errors import (
     CheckpointConflict,
     ConfigError,
+    DurabilityError,
     LeaseHeld,
     LeaseLost,
     ParkRefused,
@@ -54,6 +64,7 @@ from durability.stores.base import (
     RowKey,
     Store,
     ThreadPage,
+    cap_bytes,
     conflict_message,
     lease_held_message,
     lease_lost_message,
@@ -61,6 +72,7 @@ from durability.stores.base import (
     redact_url,
 )
 
+_Primitive = TypeVar("_Primitive", bound=Callable[..., Any])
 _T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------- schema
@@ -89,7 +101,7 @@ _OUTBOX_COLUMNS = ("synced", "sync_error", "attempts", "last_error", "synced_at"
 
 def _checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
     """The checkpoints table; ``outbox=False`` is its shape before migration 2."""
-    columns = [
+    columns: list[sa.Column[Any]] = [
         sa.Column("seq", _BIGINT, primary_key=True, autoincrement=True),
         sa.Column("tkey", _KEY, nullable=False),
         sa.Column("ckey", _KEY, nullable=False),
@@ -126,7 +138,7 @@ def _checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
             sa.Column("synced_at", sa.BigInteger),
         ]
     # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
-    table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
+    table: sa.Table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
     sa.Index("ix_durability_checkpoints_thread", table.c.tkey, table.c.seq)
     sa.Index("ix_durability_checkpoints_ckey", table.c.ckey, unique=True)
     return table
@@ -221,11 +233,18 @@ sa.Index("ix_durability_writes_thread", writes.c.tkey)
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 
 
+def _create(conn: SAConnection, table: sa.Table) -> None:
+    """CREATE … IF NOT EXISTS the table and its indexes (no catalog look-ups first)."""
+    conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+    for index in table.indexes:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
 def _migration_base(conn: SAConnection) -> None:
     """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet)."""
     for table in (meta_table, writes, threads, parks):
-        table.create(conn, checkfirst=True)
-    _checkpoint_table(sa.MetaData(), outbox=False).create(conn, checkfirst=True)
+        _create(conn, table)
+    _create(conn, _checkpoint_table(sa.MetaData(), outbox=False))
 
 
 def _migration_outbox(conn: SAConnection) -> None:
@@ -234,9 +253,12 @@ def _migration_outbox(conn: SAConnection) -> None:
     Like seed 000's v13 upgrade: connecting an existing store does not back-push history,
     only checkpoints written afterwards replicate.
     """
-    existing = {
-        c["name"] for c in sa.inspect(conn).get_columns(checkpoints.name, schema=_schema_of(conn))
-    }
+    # Postgres adds a column only if it is missing by itself; SQLite is asked which it has.
+    existing = (
+        set()
+        if conn.dialect.name == "postgresql"
+        else {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(durability_checkpoints)")}
+    )
     for name, ddl in (
         ("synced", "BOOLEAN NOT NULL DEFAULT TRUE"),
         ("sync_error", "TEXT"),
@@ -247,9 +269,9 @@ def _migration_outbox(conn: SAConnection) -> None:
         if name not in existing:
             _add_column(conn, checkpoints, name, ddl)
     # New rows are inserted with synced = false explicitly; the TRUE default marks old rows.
-    connections.create(conn, checkfirst=True)
+    _create(conn, connections)
     for index in _OUTBOX_INDEXES:
-        index.create(conn, checkfirst=True)
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
 def _add_column(conn: SAConnection, table: sa.Table, name: str, ddl: str) -> None:
@@ -266,10 +288,24 @@ def _schema_of(conn: SAConnection) -> str | None:
     return schema
 
 
+def _migration_one_outbox_index(conn: SAConnection) -> None:
+    """Version 3: drop the outbox index by ``seq`` alone; the one by ``(project_id, seq)`` stays.
+
+    The drain always asks for one project's rows, and every pending row costs each index a
+    page write on its put (a third of a SQLite put's time went to index pages). A fetch
+    across projects reads the remaining partial index, which holds only pending rows.
+    """
+    schema = _schema_of(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    name = f"{quote(schema)}.ix_durability_outbox" if schema else "ix_durability_outbox"
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
     ("outbox columns", _migration_outbox),
+    ("one outbox index", _migration_one_outbox_index),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -309,6 +345,30 @@ def _delta(value: int | None) -> timedelta | None:
 # ---------------------------------------------------------------------------- the store
 
 
+def _dropped(exc: StoreUnavailable) -> bool:
+    """Whether the server dropped the connection the operation used (then a retry is sound)."""
+    cause = exc.__cause__
+    return isinstance(cause, sa_exc.DBAPIError) and bool(cause.connection_invalidated)
+
+
+def _reconnecting(method: _Primitive) -> _Primitive:
+    """Run an idempotent primitive once more, on a fresh connection, if the server dropped its own.
+
+    Reads and idempotent writes only: a claim or a park is never sent twice.
+    """
+
+    @functools.wraps(method)
+    def again(self: SQLStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreUnavailable as exc:
+            if not _dropped(exc):
+                raise
+            return method(self, *args, **kwargs)
+
+    return again  # type: ignore[return-value]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Options:
     schema: str | None = None
@@ -316,6 +376,7 @@ class _Options:
     busy_timeout_ms: int = 30_000
     pool_size: int = 5
     max_overflow: int = 10
+    wal_autocheckpoint: int = 10_000
 
 
 class SQLStore(Store):
@@ -323,8 +384,9 @@ class SQLStore(Store):
 
     Options: ``single_worker`` (SQLite only: allow parks, promising that the worker that
     resumes runs on this host), ``schema`` (Postgres), ``synchronous`` (SQLite: ``NORMAL`` or
-    ``FULL``), ``busy_timeout_ms`` (SQLite), ``pool_size`` / ``max_overflow`` (Postgres),
-    ``engine`` (an existing SQLAlchemy engine to use instead of building one).
+    ``FULL``), ``busy_timeout_ms`` and ``wal_autocheckpoint`` (SQLite; WAL pages between
+    checkpoints, default 10,000), ``pool_size`` / ``max_overflow`` (Postgres), ``engine`` (an
+    existing SQLAlchemy engine to use instead of building one).
     """
 
     def __init__(
@@ -337,6 +399,7 @@ class SQLStore(Store):
         busy_timeout_ms: int = 30_000,
         pool_size: int = 5,
         max_overflow: int = 10,
+        wal_autocheckpoint: int = 10_000,
         engine: Engine | None = None,
         **kwargs: Any,
     ) -> None:
@@ -364,82 +427,210 @@ class SQLStore(Store):
                 "a Postgres store already holds parks for any worker"
             )
         self.options = _Options(
-            schema, synchronous.upper(), busy_timeout_ms, pool_size, max_overflow
+            schema,
+            synchronous.upper(),
+            busy_timeout_ms,
+            pool_size,
+            max_overflow,
+            wal_autocheckpoint,
         )
         shared = self.provider == "postgres"
         self.capabilities = Capabilities(
             shared=shared, sweeps_waiting=True, replicates=True, can_park=shared or single_worker
         )
-        self._engine = engine if engine is not None else self._build_engine(sa_url)
+        # The DBAPI connection runs in autocommit: a single statement (a put, a read, a claim)
+        # is one round trip, and a multi-statement operation opens its transaction itself,
+        # through the "begin" listener (BEGIN IMMEDIATE on SQLite, so writers queue).
+        if engine is None:
+            self._engine = self._build_engine(sa_url)
+        else:
+            self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         if schema:
             self._engine = self._engine.execution_options(schema_translate_map={None: schema})
+        sa.event.listen(self._engine, "begin", _on_begin)
+        # SQLite's hot paths use a connection per thread (see _execute); Postgres's use the pool.
+        self._local: threading.local | None = (
+            threading.local() if self.provider == "sqlite" and engine is None else None
+        )
+        self._sqlite_path = sa_url.database or ""
+        self._locals: dict[int, tuple[threading.Thread, sqlite3.Connection]] = {}
+        self._locals_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._sql = _HotStatements(self._engine.dialect, schema)
 
     def _build_engine(self, sa_url: sa.URL) -> Engine:
-        if self.provider == "sqlite":
-            database = sa_url.database or ""
-            if database in ("", ":memory:"):
-                raise ConfigError(
-                    f"cannot open {redact_url(self.url)}: give a file path (sqlite:///path.db); "
-                    "for an in-process store use memory://"
+        with self._errors("open the store"):
+            if self.provider == "sqlite":
+                database = sa_url.database or ""
+                if database in ("", ":memory:"):
+                    raise ConfigError(
+                        f"cannot open {redact_url(self.url)}: give a file path (sqlite:///path.db); "
+                        "for an in-process store use memory://"
+                    )
+                engine = sa.create_engine(
+                    sa_url, pool_size=4, max_overflow=16, isolation_level="AUTOCOMMIT"
                 )
-            engine = sa.create_engine(sa_url, pool_size=4, max_overflow=16)
-            sa.event.listen(engine, "connect", self._on_sqlite_connect)
-            sa.event.listen(engine, "begin", _on_sqlite_begin)
+                sa.event.listen(engine, "connect", self._on_sqlite_connect)
+                return engine
+            # Name the sessions (pg_stat_activity shows who holds them) unless the URL does.
+            connect_args = (
+                {} if "application_name" in sa_url.query else {"application_name": "durability"}
+            )
+            engine = sa.create_engine(
+                sa_url,
+                pool_size=self.options.pool_size,
+                max_overflow=self.options.max_overflow,
+                pool_recycle=1800,
+                isolation_level="AUTOCOMMIT",
+                connect_args=connect_args,
+            )
+            sa.event.listen(engine, "checkout", _pre_ping)
+            sa.event.listen(engine, "checkin", _mark_idle)
             return engine
-        return sa.create_engine(
-            sa_url,
-            pool_size=self.options.pool_size,
-            max_overflow=self.options.max_overflow,
-            pool_pre_ping=True,
-            pool_recycle=1800,
-        )
 
     def _on_sqlite_connect(self, dbapi_conn: Any, _record: Any) -> None:
-        # Hand transaction control to the "begin" listener, so writes can BEGIN IMMEDIATE.
-        dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {self.options.synchronous}")
         cursor.close()
 
     def close(self) -> None:
         self._engine.dispose()
+        with self._locals_lock:
+            for _thread, conn in self._locals.values():
+                conn.close()
+            self._locals.clear()
 
     # ------------------------------------------------------------------ plumbing
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """The one boundary where driver errors become :mod:`durability.errors`."""
+        """Driver errors raised inside become :mod:`durability.errors` (see :meth:`_translate`)."""
         try:
             yield
         except StoreError:
             raise
-        except sa_exc.IntegrityError as exc:
-            raise StoreError(
-                f"cannot {action} in {redact_url(self.url)}: the database refused it ({_driver_message(exc)})"
-            ) from exc
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError) as exc:
-            raise StoreUnavailable(
-                f"cannot {action}: the database {redact_url(self.url)} is unavailable ({_driver_message(exc)}); "
+        except sa_exc.SQLAlchemyError as exc:
+            raise self._translate(action, exc) from exc
+
+    def _translate(self, action: str, exc: sa_exc.SQLAlchemyError) -> DurabilityError:
+        """The one mapping of driver errors to :mod:`durability.errors`."""
+        where = redact_url(self.url)
+        if isinstance(exc, sa_exc.IntegrityError):
+            return StoreError(
+                f"cannot {action} in {where}: the database refused it ({_driver_message(exc)})"
+            )
+        if isinstance(
+            exc,
+            sa_exc.OperationalError
+            | sa_exc.InterfaceError
+            | sa_exc.DisconnectionError
+            | sa_exc.TimeoutError,
+        ):
+            return StoreUnavailable(
+                f"cannot {action}: the database {where} is unavailable ({_driver_message(exc)}); "
                 "check that it is running and reachable, then retry"
-            ) from exc
-        except sa_exc.DBAPIError as exc:
-            raise StoreError(
-                f"cannot {action} in {redact_url(self.url)}: {_driver_message(exc)}"
-            ) from exc
+            )
+        if isinstance(exc, sa_exc.NoSuchModuleError):
+            return ConfigError(
+                f"cannot {action} at {where}: {_driver_message(exc)}; use sqlite:///path.db or "
+                "postgresql+psycopg://user@host/db (psycopg 3 is installed with durability)"
+            )
+        return StoreError(f"cannot {action} in {where}: {_driver_message(exc)}")
+
+    def _driver_error(self, exc: Exception, fairy: Any) -> sa_exc.SQLAlchemyError:
+        """A raw driver error as SQLAlchemy's, invalidating the pooled connection if it is gone."""
+        dialect = self._engine.dialect
+        gone = dialect.is_disconnect(exc, fairy.dbapi_connection if fairy else None, None)  # type: ignore[arg-type]
+        if gone and fairy is not None:
+            fairy.invalidate(exc)
+        return sa_exc.DBAPIError.instance(
+            None,
+            None,
+            exc,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=gone,
+            dialect=dialect,
+        )
+
+    def _execute(self, action: str, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Run one statement in autocommit on a DBAPI connection; return its rows.
+
+        The hot paths (put, latest, get, history, writes) come here and skip SQLAlchemy's
+        statement and result layers. On SQLite each thread keeps a connection of its own; on
+        Postgres a pooled one is checked out (and pre-pinged) per call.
+        """
+        dbapi_error = self._engine.dialect.loaded_dbapi.Error
+        if self._local is not None:
+            conn = self._local_connection()
+            try:
+                return list(conn.execute(sql, params).fetchall())
+            except dbapi_error as exc:
+                wrapped = self._driver_error(exc, None)
+                raise self._translate(action, wrapped) from wrapped
+        try:
+            fairy = self._engine.raw_connection()
+        except sa_exc.SQLAlchemyError as exc:
+            raise self._translate(action, exc) from exc
+        try:
+            cursor = fairy.cursor()
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall())
+            cursor.close()
+            return rows
+        except dbapi_error as exc:
+            wrapped = self._driver_error(exc, fairy)
+            raise self._translate(action, wrapped) from wrapped
+        finally:
+            fairy.close()
+
+    def _local_connection(self) -> sqlite3.Connection:
+        """This thread's own SQLite connection (opened on first use, closed with the store)."""
+        if self._pid != os.getpid():  # a forked child must not use its parent's connections
+            self._local, self._locals, self._pid = threading.local(), {}, os.getpid()
+        local = self._local
+        assert local is not None
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._sqlite_path, isolation_level=None, check_same_thread=False)
+            self._on_sqlite_connect(conn, None)
+            with self._locals_lock:
+                for key, (thread, old) in list(self._locals.items()):
+                    if not thread.is_alive():  # a finished thread's connection
+                        old.close()
+                        del self._locals[key]
+                self._locals[id(conn)] = (threading.current_thread(), conn)
+            local.conn = conn
+        return conn
 
     @contextmanager
     def _write(self, action: str) -> Iterator[SAConnection]:
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite, so concurrent writers queue)."""
         with self._errors(action), self._engine.connect() as conn:
-            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            with conn.begin():
+            begin = "BEGIN IMMEDIATE" if self.provider == "sqlite" else "BEGIN"
+            with conn.execution_options(durability_begin=begin).begin():
                 yield conn
 
     @contextmanager
     def _read(self, action: str) -> Iterator[SAConnection]:
-        with self._errors(action), self._engine.connect() as conn, conn.begin():
+        """A read transaction: several statements that see one snapshot (SQLite WAL)."""
+        with (
+            self._errors(action),
+            self._engine.connect() as conn,
+            conn.execution_options(durability_begin="BEGIN").begin(),
+        ):
             yield conn
+
+    @contextmanager
+    def _one(self, action: str) -> Iterator[SAConnection]:
+        """One statement, committed on its own (autocommit): a single round trip."""
+        with self._errors(action), self._engine.connect() as conn:
+            yield conn
+
+    def _rows(self, action: str, sql: str, params: Sequence[Any]) -> list[EncodedCheckpoint]:
+        return [_encoded(r) for r in self._execute(action, sql, params)]
 
     @property
     def _insert_stmt(self) -> Any:
@@ -457,7 +648,7 @@ class SQLStore(Store):
                 )
                 if self.options.schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
-            migrations_table.create(conn, checkfirst=True)
+            _create(conn, migrations_table)
             applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
             for version, (name, migrate) in enumerate(MIGRATIONS, start=1):
                 if version not in applied:
@@ -470,26 +661,29 @@ class SQLStore(Store):
 
     def applied_migrations(self) -> list[int]:
         """The migration versions recorded in the store."""
-        with self._read("read the migrations") as conn:
+        with self._one("read the migrations") as conn:
             return sorted(conn.execute(sa.select(migrations_table.c.version)).scalars())
 
+    @_reconnecting
     def _read_generation(self) -> int | None:
-        with self._read("read the format generation") as conn:
+        with self._one("read the format generation") as conn:
             value = conn.execute(
                 sa.select(meta_table.c.value).where(meta_table.c.key == "format_generation")
             ).scalar()
         return None if value is None else int(value)
 
+    @_reconnecting
     def _write_generation(self, generation: int) -> None:
-        with self._write("record the format generation") as conn:
+        with self._one("record the format generation") as conn:
             conn.execute(
                 self._insert_stmt(meta_table)
                 .values(key="format_generation", value=str(generation))
                 .on_conflict_do_update(index_elements=["key"], set_={"value": str(generation)})
             )
 
+    @_reconnecting
     def _has_any_checkpoint(self) -> bool:
-        with self._read("look for checkpoints") as conn:
+        with self._one("look for checkpoints") as conn:
             return conn.execute(sa.select(checkpoints.c.seq).limit(1)).first() is not None
 
     def _wipe(self) -> None:
@@ -500,16 +694,52 @@ class SQLStore(Store):
     # ------------------------------------------------------------------ checkpoints
 
     def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
-        with self._write("put a checkpoint") as conn:
-            return self._insert_rows(conn, rows, synced)
+        try:
+            return self._insert_once(rows, synced, retry=False)
+        except StoreUnavailable as exc:
+            if not _dropped(exc):
+                raise
+            # The server dropped the connection: send it again on a fresh one. If the first
+            # attempt committed before the drop, the retry finds these very rows and returns them.
+            return self._insert_once(rows, synced, retry=True)
+
+    def _insert_once(
+        self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
+    ) -> list[int]:
+        if len(rows) == 1 and not retry:  # the hot path: one INSERT … RETURNING, autocommitted
+            params = self._sql.insert_params(rows[0], synced)
+            try:
+                return [int(self._execute("put a checkpoint", self._sql.insert, params)[0][0])]
+            except StoreError as exc:
+                if isinstance(exc.__cause__, sa_exc.IntegrityError):
+                    first = rows[0]
+                    raise CheckpointConflict(
+                        conflict_message(first.thread_id, first.namespace, first.checkpoint_id)
+                    ) from exc.__cause__
+                raise
+        if len(rows) == 1:
+            with self._one("put a checkpoint") as conn:
+                return self._insert_rows(conn, rows, synced, retry=retry)
+        with self._write("put checkpoints") as conn:
+            return self._insert_rows(conn, rows, synced, retry=retry)
 
     def _insert_rows(
-        self, conn: SAConnection, rows: list[EncodedCheckpoint], synced: bool
+        self,
+        conn: SAConnection,
+        rows: list[EncodedCheckpoint],
+        synced: bool,
+        *,
+        retry: bool = False,
     ) -> list[int]:
-        values = [_row_values(r, synced) for r in rows]
+        if retry:
+            stored = [self._stored_copy(conn, r) for r in rows]
+            if all(s is not None for s in stored):
+                return [s for s in stored if s is not None]
         try:
-            if len(values) == 1:
-                return [int(conn.execute(_INSERT_ONE, values[0]).scalar_one())]
+            if len(rows) == 1:
+                params = self._sql.insert_params(rows[0], synced)
+                return [int(conn.exec_driver_sql(self._sql.insert, params).scalar_one())]
+            values = [_row_values(r, synced) for r in rows]
             return [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
         except sa_exc.IntegrityError as exc:
             # The unique hash of (thread, namespace, id): stores never overwrite a checkpoint.
@@ -521,55 +751,58 @@ class SQLStore(Store):
                 )
             raise CheckpointConflict(message) from exc
 
+    def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
+        """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
+        key = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
+        found = conn.exec_driver_sql(
+            self._sql.get, (key, row.thread_id, row.namespace, row.checkpoint_id)
+        ).first()
+        if found is None:
+            return None
+        stored = _encoded(found)
+        seq, stored.seq = stored.seq, row.seq
+        return seq if stored == row else None
+
     def _select_rows(self) -> sa.Select[Any]:
         return _SELECT_ROWS
 
+    @_reconnecting
     def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
-        query = (
-            self._select_rows()
-            .where(*_thread(thread_id), checkpoints.c.namespace == namespace)
-            .order_by(checkpoints.c.seq.desc())
-            .limit(1)
-        )
-        with self._read("read the latest checkpoint") as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _encoded(row)
+        params = (thread_key(thread_id), thread_id, namespace)
+        found = self._rows("read the latest checkpoint", self._sql.latest(namespace=True), params)
+        return found[0] if found else None
 
+    @_reconnecting
     def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
-        query = (
-            self._select_rows()
-            .where(*_thread(thread_id))
-            .order_by(checkpoints.c.seq.desc())
-            .limit(1)
-        )
-        with self._read("read the latest checkpoint") as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _encoded(row)
+        params = (thread_key(thread_id), thread_id)
+        found = self._rows("read the latest checkpoint", self._sql.latest(namespace=False), params)
+        return found[0] if found else None
 
+    @_reconnecting
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
-        query = self._select_rows().where(
-            checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-            checkpoints.c.thread_id == thread_id,
-            checkpoints.c.namespace == namespace,
-            checkpoints.c.checkpoint_id == checkpoint_id,
+        key = checkpoint_key(thread_id, namespace, checkpoint_id)
+        found = self._rows(
+            "read a checkpoint", self._sql.get, (key, thread_id, namespace, checkpoint_id)
         )
-        with self._read("read a checkpoint") as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _encoded(row)
+        return found[0] if found else None
 
+    @_reconnecting
     def _history(
         self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
     ) -> list[EncodedCheckpoint]:
-        query = self._select_rows().where(*_thread(thread_id)).order_by(checkpoints.c.seq)
-        if namespace is not None:
-            query = query.where(checkpoints.c.namespace == namespace)
-        if after_seq is not None:
-            query = query.where(checkpoints.c.seq > after_seq)
-        if limit is not None:
-            query = query.limit(limit)
-        with self._read("read a thread's history") as conn:
-            return [_encoded(r) for r in conn.execute(query)]
+        params: list[Any] = [thread_key(thread_id), thread_id]
+        for value in (namespace, after_seq, limit):
+            if value is not None:
+                params.append(value)
+        sql = self._sql.thread_rows(
+            namespace=namespace is not None,
+            after=after_seq is not None,
+            limit=limit is not None,
+            by_id=False,
+        )
+        return self._rows("read a thread's history", sql, params)
 
+    @_reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         regular = [_write_values(w) for w in rows if w.idx >= 0]
         special = [_write_values(w) for w in rows if w.idx < 0]
@@ -593,38 +826,31 @@ class SQLStore(Store):
                     special,
                 )
 
+    @_reconnecting
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        query = _SELECT_WRITES.where(
-            writes.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-            writes.c.thread_id == thread_id,
-            writes.c.namespace == namespace,
-            writes.c.checkpoint_id == checkpoint_id,
-        ).order_by(writes.c.id)
-        with self._read("read pending writes") as conn:
-            return [EncodedWrite(*r) for r in conn.execute(query)]
+        key = checkpoint_key(thread_id, namespace, checkpoint_id)
+        found = self._execute(
+            "read pending writes", self._sql.writes, (key, thread_id, namespace, checkpoint_id)
+        )
+        return [EncodedWrite(*r) for r in found]
 
+    @_reconnecting
     def _newest_first(
         self, thread_id: str, namespace: str | None, before: str | None, limit: int | None
     ) -> list[EncodedCheckpoint]:
-        # Postgres compares text in the database's collation; "C" is code point order,
-        # which is what LangGraph's string comparison of ids means.
-        cid = checkpoints.c.checkpoint_id
-        ordered = cid.collate("C") if self.provider == "postgres" else cid
-        where = [*_thread(thread_id)]
-        if namespace is not None:
-            where.append(checkpoints.c.namespace == namespace)
-        if before is not None:
-            where.append(ordered < before)
-        query = self._select_rows().order_by(ordered.desc())
-        if limit is None:
-            query = query.where(*where)
-        else:
-            # Pick the rows by id first, so the sort never carries the payload columns.
-            chosen = sa.select(checkpoints.c.seq).where(*where).order_by(ordered.desc())
-            query = query.where(checkpoints.c.seq.in_(chosen.limit(limit).scalar_subquery()))
-        with self._read("list a thread's checkpoints") as conn:
-            return [_encoded(r) for r in conn.execute(query)]
+        params: list[Any] = [thread_key(thread_id), thread_id]
+        for value in (namespace, before, limit):
+            if value is not None:
+                params.append(value)
+        sql = self._sql.thread_rows(
+            namespace=namespace is not None,
+            before=before is not None,
+            limit=limit is not None,
+            by_id=True,
+        )
+        return self._rows("list a thread's checkpoints", sql, params)
 
+    @_reconnecting
     def _writes_of(
         self, thread_id: str, keys: list[CheckpointKey]
     ) -> dict[CheckpointKey, list[EncodedWrite]]:
@@ -641,6 +867,7 @@ class SQLStore(Store):
                         found.setdefault(key, []).append(EncodedWrite(*r))
         return found
 
+    @_reconnecting
     def _set_status(
         self,
         thread_id: str,
@@ -675,6 +902,7 @@ class SQLStore(Store):
             )
         return True
 
+    @_reconnecting
     def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
         removed = removed_writes = 0
         with self._write("delete checkpoints") as conn:
@@ -689,6 +917,7 @@ class SQLStore(Store):
                 ).rowcount
         return Deleted(checkpoints=removed, writes=removed_writes)
 
+    @_reconnecting
     def _checkpoints_of_runs(self, run_ids: list[str]) -> list[tuple[str, str, str]]:
         c = checkpoints.c
         found: list[tuple[str, str, str]] = []
@@ -704,6 +933,7 @@ class SQLStore(Store):
 
     # ------------------------------------------------------------------ threads
 
+    @_reconnecting
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
         after = cursor or ""
         from_checkpoints = (
@@ -755,12 +985,26 @@ class SQLStore(Store):
             for k, thread_id in sorted(set(totals) | set(ledger))
         ]
 
+    @_reconnecting
     def _thread_record(self, thread_id: str) -> ThreadRecord | None:
         with self._read("look up a thread") as conn:
             for record in self._records(conn, [thread_key(thread_id)]):
                 if record.thread_id == thread_id:
                     return record
         return None
+
+    @_reconnecting
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        due = threads.c.due_at
+        with self._read("list finished threads") as conn:
+            keys = list(
+                conn.execute(
+                    sa.select(threads.c.tkey).where(due.isnot(None), due <= to_micros(now))
+                ).scalars()
+            )
+            return [
+                r for r in self._records(conn, keys) if r.due_at is not None and r.due_at <= now
+            ]
 
     def _delete_thread(self, thread_id: str) -> Deleted:
         with self._write("delete a thread") as conn:
@@ -793,10 +1037,11 @@ class SQLStore(Store):
         )
         conn.execute(stmt.on_conflict_do_update(index_elements=["tkey"], set_=values))
 
+    @_reconnecting
     def _ledger_start(
         self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
     ) -> None:
-        with self._write("record a run start") as conn:
+        with self._one("record a run start") as conn:
             self._upsert_ledger(
                 conn,
                 thread_id,
@@ -807,20 +1052,23 @@ class SQLStore(Store):
                 declared_finished=_duration(retention.finished),
             )
 
+    @_reconnecting
     def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
-        with self._write("mark a thread finished") as conn:
+        with self._one("mark a thread finished") as conn:
             self._upsert_ledger(
                 conn, thread_id, finished_at=to_micros(finished_at), due_at=to_micros(due)
             )
 
+    @_reconnecting
     def _ledger_unmark(self, thread_id: str) -> None:
-        with self._write("unmark a finished thread") as conn:
+        with self._one("unmark a finished thread") as conn:
             conn.execute(
                 threads.update()
                 .where(threads.c.tkey == thread_key(thread_id), threads.c.thread_id == thread_id)
                 .values(finished_at=None, due_at=None)
             )
 
+    @_reconnecting
     def _lease_acquire(
         self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
     ) -> Lease:
@@ -857,6 +1105,7 @@ class SQLStore(Store):
             expires_at=expires_at,
         )
 
+    @_reconnecting
     def _lease_renew(
         self, thread_id: str, holder: str, now: datetime, expires_at: datetime
     ) -> Lease:
@@ -884,8 +1133,9 @@ class SQLStore(Store):
         assert lease is not None
         return lease
 
+    @_reconnecting
     def _lease_release(self, thread_id: str, holder: str) -> None:
-        with self._write("release a lease") as conn:
+        with self._one("release a lease") as conn:
             conn.execute(
                 threads.update()
                 .where(
@@ -913,7 +1163,10 @@ class SQLStore(Store):
             if exists is not None:
                 raise ParkRefused(park_exists_message(park.thread_id))
             seq = self._insert_rows(conn, [row], synced)[0]
-            conn.execute(parks.insert().values(_park_values(park)))
+            try:
+                conn.execute(parks.insert().values(_park_values(park)))
+            except sa_exc.IntegrityError as exc:  # a concurrent park won the race
+                raise ParkRefused(park_exists_message(park.thread_id)) from exc
             return seq
 
     def _claim_park(self, thread_id: str) -> Park | None:
@@ -922,12 +1175,13 @@ class SQLStore(Store):
             .where(parks.c.tkey == thread_key(thread_id), parks.c.thread_id == thread_id)
             .returning(*parks.c)
         )
-        with self._write("claim a park") as conn:
+        with self._one("claim a park") as conn:
             row = conn.execute(stmt).first()
         return None if row is None else _park(row)
 
+    @_reconnecting
     def _get_park(self, thread_id: str) -> Park | None:
-        with self._read("read a park") as conn:
+        with self._one("read a park") as conn:
             row = conn.execute(
                 sa.select(parks).where(
                     parks.c.tkey == thread_key(thread_id), parks.c.thread_id == thread_id
@@ -935,12 +1189,14 @@ class SQLStore(Store):
             ).first()
         return None if row is None else _park(row)
 
+    @_reconnecting
     def _parks(self) -> list[Park]:
-        with self._read("list parks") as conn:
+        with self._one("list parks") as conn:
             return [_park(r) for r in conn.execute(sa.select(parks).order_by(parks.c.deadline))]
 
     # ------------------------------------------------------------------ outbox
 
+    @_reconnecting
     def _fetch_unsynced(
         self, limit: int, max_bytes: int | None, project_id: str | None
     ) -> list[EncodedCheckpoint]:
@@ -952,10 +1208,11 @@ class SQLStore(Store):
         )
         if project_id is not None:
             query = query.where(checkpoints.c.project_id == project_id)
-        with self._read("read the outbox") as conn:
+        with self._one("read the outbox") as conn:
             rows = [_encoded(r) for r in conn.execute(query)]
-        return _cap_bytes(rows, max_bytes)
+        return cap_bytes(rows, max_bytes)
 
+    @_reconnecting
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         with self._write("mark rows synced") as conn:
             for chunk in _chunks([seq for _, seq in keys]):
@@ -965,6 +1222,7 @@ class SQLStore(Store):
                     .values(synced=True, sync_error=None, synced_at=to_micros(now))
                 )
 
+    @_reconnecting
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
         if not reasons:
             return
@@ -987,6 +1245,7 @@ class SQLStore(Store):
                     .values(attempts=checkpoints.c.attempts + 1, last_error=error)
                 )
 
+    @_reconnecting
     def _release(self, keys: list[RowKey] | None) -> int:
         quarantined = _quarantined
         with self._write("release quarantined rows") as conn:
@@ -1007,6 +1266,7 @@ class SQLStore(Store):
                 ).rowcount
             return total
 
+    @_reconnecting
     def _outbox(
         self,
         state: str | None,
@@ -1045,7 +1305,7 @@ class SQLStore(Store):
             query = query.where(c.seq > after_seq)
         if limit is not None:
             query = query.limit(limit)
-        with self._read("read the outbox") as conn:
+        with self._one("read the outbox") as conn:
             return [
                 OutboxEntry(
                     thread_id=r.thread_id,
@@ -1065,21 +1325,24 @@ class SQLStore(Store):
                 for r in conn.execute(query)
             ]
 
+    @_reconnecting
     def _record_connection(self, connection: Connection) -> None:
         values = {"target": connection.target, "connected_at": to_micros(connection.connected_at)}
-        with self._write("record a connection") as conn:
+        with self._one("record a connection") as conn:
             conn.execute(
                 self._insert_stmt(connections)
                 .values(project_id=connection.project_id, **values)
                 .on_conflict_do_update(index_elements=["project_id"], set_=values)
             )
 
+    @_reconnecting
     def _forget_connection(self, project_id: str) -> None:
-        with self._write("forget a connection") as conn:
+        with self._one("forget a connection") as conn:
             conn.execute(connections.delete().where(connections.c.project_id == project_id))
 
+    @_reconnecting
     def _connections(self) -> list[Connection]:
-        with self._read("read connections") as conn:
+        with self._one("read connections") as conn:
             return [
                 Connection(r.project_id, r.target, from_micros(r.connected_at))
                 for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
@@ -1147,9 +1410,110 @@ def _thread(thread_id: str) -> tuple[sa.ColumnElement[bool], ...]:
     return (checkpoints.c.tkey == thread_key(thread_id), checkpoints.c.thread_id == thread_id)
 
 
-_INSERT_ONE = checkpoints.insert().returning(checkpoints.c.seq)
 _INSERT_MANY = checkpoints.insert().returning(checkpoints.c.seq, sort_by_parameter_order=True)
 _ENCODED_FIELDS = [f.name for f in dataclasses.fields(EncodedCheckpoint) if f.name != "seq"]
+
+
+class _HotStatements:
+    """The put and read statements as plain driver SQL, built once per store.
+
+    The hot paths run on a DBAPI cursor (:meth:`SQLStore._raw`) and skip SQLAlchemy's
+    statement and result layers, which cost more than the query on a 2 KB checkpoint (see
+    ``benchmarks/RESULTS.md``): parameters go to the driver as one tuple in its own placeholder
+    style, and the table names are qualified with the schema here. Identifiers are quoted by
+    the dialect and every value is a bound parameter.
+    """
+
+    _INSERTED = (*_ENCODED_FIELDS, "tkey", "ckey", "synced", "attempts")
+
+    def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
+        quote = dialect.identifier_preparer.quote
+
+        def table(t: sa.Table) -> str:
+            return f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
+
+        self.mark = mark = "?" if dialect.paramstyle == "qmark" else "%s"
+        self.table = table(checkpoints)
+        # Postgres compares text in the database's collation; "C" is code point order, which
+        # is what LangGraph's string comparison of checkpoint ids means.
+        self.by_id = (
+            'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
+        )
+        names = ", ".join(quote(c) for c in self._INSERTED)
+        marks = ", ".join([mark] * len(self._INSERTED))
+        self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
+        self.columns = ", ".join(quote(c.name) for c in _ROW_COLUMNS)
+        self.get = (
+            f"SELECT {self.columns} FROM {self.table} WHERE ckey = {mark} AND thread_id = {mark} "  # noqa: S608
+            f"AND namespace = {mark} AND checkpoint_id = {mark}"
+        )
+        write_columns = ", ".join(quote(c.name) for c in _WRITE_COLUMNS)
+        self.writes = (
+            f"SELECT {write_columns} FROM {table(writes)} WHERE ckey = {mark} "  # noqa: S608
+            f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark} ORDER BY id"
+        )
+        self._cache: dict[tuple[Any, ...], str] = {}
+
+    def thread_rows(
+        self,
+        *,
+        namespace: bool,
+        after: bool = False,
+        before: bool = False,
+        limit: bool,
+        by_id: bool,
+    ) -> str:
+        """A thread's rows (in one namespace, after a seq, before an id), by seq or by id, newest first by id."""
+        key = (namespace, after, before, limit, by_id)
+        sql = self._cache.get(key)
+        if sql is None:
+            mark = self.mark
+            where = f"tkey = {mark} AND thread_id = {mark}"
+            if namespace:
+                where += f" AND namespace = {mark}"
+            if after:
+                where += f" AND seq > {mark}"
+            if before:
+                where += f" AND {self.by_id} < {mark}"
+            order = f"{self.by_id} DESC" if by_id else "seq"
+            if limit and by_id:
+                # Pick the rows by id first, so the sort never carries the payload columns.
+                where = f"seq IN (SELECT seq FROM {self.table} WHERE {where} ORDER BY {order} LIMIT {mark})"  # noqa: S608
+                sql = f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY {order}"  # noqa: S608
+            else:
+                sql = f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY {order}"  # noqa: S608
+                if limit:
+                    sql += f" LIMIT {mark}"
+            self._cache[key] = sql
+        return sql
+
+    def latest(self, *, namespace: bool) -> str:
+        """The thread's (or namespace's) row with the highest seq."""
+        key = ("latest", namespace)
+        sql = self._cache.get(key)
+        if sql is None:
+            where = f"tkey = {self.mark} AND thread_id = {self.mark}"
+            if namespace:
+                where += f" AND namespace = {self.mark}"
+            sql = self._cache[key] = (
+                f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY seq DESC LIMIT 1"  # noqa: S608
+            )
+        return sql
+
+    @staticmethod
+    def insert_params(row: EncodedCheckpoint, synced: bool) -> tuple[Any, ...]:
+        values = [getattr(row, name) for name in _ENCODED_FIELDS]
+        values[_CREATED_AT] = to_micros(row.created_at)
+        return (
+            *values,
+            thread_key(row.thread_id),
+            checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
+            synced,
+            0,
+        )
+
+
+_CREATED_AT = _ENCODED_FIELDS.index("created_at")
 
 
 def _row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
@@ -1162,10 +1526,10 @@ def _row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
     return values
 
 
-def _encoded(row: sa.Row[Any]) -> EncodedCheckpoint:
-    values = row._asdict()
-    values["created_at"] = from_micros(values["created_at"])
-    return EncodedCheckpoint(**values)
+def _encoded(row: Sequence[Any]) -> EncodedCheckpoint:
+    encoded = EncodedCheckpoint(*row)
+    encoded.created_at = from_micros(row[_CREATED_AT])
+    return encoded
 
 
 def _write_values(w: EncodedWrite) -> dict[str, Any]:
@@ -1245,26 +1609,45 @@ def _park(row: Any) -> Park:
     )
 
 
-def _cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
-    if max_bytes is None:
-        return rows
-    kept: list[EncodedCheckpoint] = []
-    total = 0
-    for row in rows:
-        if kept and total + row.size_bytes > max_bytes:
-            break
-        kept.append(row)
-        total += row.size_bytes
-    return kept
-
-
 def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 
 
-def _on_sqlite_begin(conn: SAConnection) -> None:
-    conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'DEFERRED')}")
+#: A pooled Postgres connection idle longer than this is pinged with a round trip on checkout.
+PING_AFTER_IDLE_S = 10.0
+
+
+def _pre_ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    """Check a pooled Postgres connection before it is used; a dead one is replaced.
+
+    A connection idle for a while gets a real ping (a round trip: it catches links that a
+    firewall dropped silently). One used moments ago gets a local check instead: a server
+    that ended the session (restart, ``pg_terminate_backend``) has closed the socket, so an
+    idle connection with anything to read is dead. This keeps the pessimistic guarantee of
+    SQLAlchemy's ``pool_pre_ping`` without a round trip on every put and read.
+    """
+    idle_since = record.info.get("durability_idle_since")
+    try:
+        if idle_since is None or time.monotonic() - idle_since > PING_AFTER_IDLE_S:
+            dbapi_conn.execute("SELECT 1")
+        elif select.select([dbapi_conn.pgconn.socket], [], [], 0)[0]:
+            raise sa_exc.DisconnectionError("the server closed the connection")
+    except sa_exc.DisconnectionError:
+        raise
+    except Exception as exc:  # any failure to talk to it: let the pool connect afresh
+        raise sa_exc.DisconnectionError(str(exc)) from exc
+
+
+def _mark_idle(_dbapi_conn: Any, record: Any) -> None:
+    record.info["durability_idle_since"] = time.monotonic()
+
+
+def _on_begin(conn: SAConnection) -> None:
+    # The DBAPI connection is in autocommit; a transaction is opened here, only when asked.
+    begin = conn.get_execution_options().get("durability_begin")
+    if begin:
+        conn.exec_driver_sql(begin)
 
 
 def _driver_url(url: str) -> str:

@@ -1,0 +1,211 @@
+"""What is particular to the SQL store on a real PostgreSQL server: schemas, migrations,
+column types, hashed indexes, session names, concurrent setup."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from conftest import POSTGRES_URL, postgres_admin
+
+import durability
+from durability import Checkpoint
+from durability.errors import ConfigError
+from durability.settings import Settings
+from durability.stores.sql import (
+    MIGRATIONS,
+    SQLStore,
+    _checkpoint_table,
+    meta_table,
+    migrations_table,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def admin() -> Iterator[Any]:
+    engine = postgres_admin()
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def schema(admin: Any) -> Iterator[str]:
+    """A fresh schema name, dropped afterwards (the store creates it)."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    yield name
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def open_pg(schema: str, **options: Any) -> SQLStore:
+    store = durability.open(POSTGRES_URL, schema=schema, settings=Settings(), **options)
+    assert isinstance(store, SQLStore)
+    return store
+
+
+def tables_in(admin: Any, schema: str) -> set[str]:
+    with admin.connect() as conn:
+        return set(
+            conn.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %(s)s",
+                {"s": schema},
+            ).scalars()
+        )
+
+
+def test_schema_is_created_and_holds_every_table(admin: Any, schema: str) -> None:
+    """schema= (or ?schema=) puts the store in its own schema, created when missing."""
+    assert tables_in(admin, schema) == set()
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id="t"))
+    expected = {
+        "durability_checkpoints",
+        "durability_writes",
+        "durability_threads",
+        "durability_parks",
+        "durability_meta",
+        "durability_migrations",
+        "durability_connections",
+    }
+    assert tables_in(admin, schema) == expected
+    with durability.open(f"{POSTGRES_URL}?schema={schema}", settings=Settings()) as same:
+        assert same.latest("t") is not None
+    for bad in ("1starts_with_digit", "has-dash", "x" * 64, 'quote"'):
+        with pytest.raises(ConfigError, match="plain SQL identifier"):
+            durability.open(POSTGRES_URL, schema=bad, settings=Settings())
+
+
+def test_payloads_are_text_and_long_ids_are_indexed_by_hash(admin: Any, schema: str) -> None:
+    """State is TEXT (JSONB cannot hold \\u0000); indexes cover 128-bit hashes, never the raw ids."""
+    with open_pg(schema) as store:
+        long_id = "é" * 10_000
+        stored = store.put(
+            Checkpoint(thread_id=long_id, checkpoint_id=long_id, state={"nul": "a\x00b"})
+        )
+        assert store.get(long_id, long_id) == stored
+    with admin.connect() as conn:
+        types = dict(
+            conn.exec_driver_sql(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = %(s)s AND table_name = 'durability_checkpoints'",
+                {"s": schema},
+            ).all()
+        )
+        indexes = (
+            conn.exec_driver_sql(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %(s)s", {"s": schema}
+            )
+            .scalars()
+            .all()
+        )
+    for column in (
+        "state",
+        "node_input",
+        "node_output",
+        "metadata",
+        "interrupt_context",
+        "thread_id",
+        "checkpoint_id",
+    ):
+        assert types[column] == "text", column
+    assert indexes
+    assert not any(
+        "(thread_id" in i or "(checkpoint_id" in i or "namespace" in i for i in indexes
+    ), indexes
+
+
+def test_outbox_migration_adds_columns_if_not_exists_and_marks_old_rows_synced(
+    admin: Any, schema: str
+) -> None:
+    """A version-1 store is upgraded in place (ADD COLUMN IF NOT EXISTS, a column already there is kept); old rows count as replicated."""
+    engine = sa.create_engine(POSTGRES_URL).execution_options(schema_translate_map={None: schema})
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        migrations_table.create(conn)
+        MIGRATIONS[0][1](conn)
+        conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
+        conn.execute(meta_table.insert().values(key="format_generation", value="1"))
+        v1 = _checkpoint_table(sa.MetaData(), outbox=False)
+        conn.execute(
+            v1.insert().values(
+                tkey="k",
+                ckey="c",
+                thread_id="old-thread",
+                namespace="",
+                checkpoint_id="old-1",
+                run_id="",
+                runner="",
+                node_id="n",
+                step=0,
+                status="completed",
+                iteration=0,
+                created_at=0,
+                project_id="",
+                state="{}",
+                node_input="{}",
+                node_output="{}",
+                iteration_counters="{}",
+                interrupt_context="{}",
+                metadata="{}",
+                size_bytes=12,
+            )
+        )
+        # A column an earlier, interrupted upgrade already added: IF NOT EXISTS must skip it.
+        conn.exec_driver_sql(
+            f'ALTER TABLE "{schema}".durability_checkpoints ADD COLUMN sync_error TEXT'
+        )
+    engine.dispose()
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id="new-thread"))
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+        assert {e.thread_id: e.state for e in store.outbox()} == {
+            "old-thread": "synced",
+            "new-thread": "pending",
+        }
+        store._setup()  # again: nothing to do
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_concurrent_first_use_sets_up_once(schema: str) -> None:
+    """Eight stores using a fresh schema at once all succeed (setup is serialised by an advisory lock)."""
+    stores = [open_pg(schema) for _ in range(8)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(stores))
+
+    def first_use(store: SQLStore, n: int) -> None:
+        try:
+            barrier.wait()
+            store.put(Checkpoint(thread_id=f"t{n}"))
+        except BaseException as exc:  # collected below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=first_use, args=(s, n)) for n, s in enumerate(stores)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    try:
+        assert errors == []
+        assert stores[0].applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+        assert len(list(stores[0].iter_threads())) == 8
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_sessions_are_named_and_pooled(admin: Any, schema: str) -> None:
+    """Sessions show as application_name 'durability' unless the URL names them; the pool is bounded."""
+    with open_pg(schema, pool_size=2, max_overflow=1) as store:
+        store.put(Checkpoint(thread_id="t"))
+        assert store._engine.pool.size() == 2  # type: ignore[attr-defined]
+        with admin.connect() as conn:
+            names = conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'durability' AND datname = 'test'"
+            ).scalar()
+        assert names >= 1
