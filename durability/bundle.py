@@ -206,3 +206,28 @@ def chart(fig: Any, name: str, output_dir: Path | str) -> Path:
     display(fig)  # type: ignore[no-untyped-call]
     plt.close(fig)
     return path
+
+
+def write_copies(
+    dest: Path, parameters: Mapping[str, Mapping[str, Any]], *, source: Path | None = None
+) -> list[Path]:
+    """Copy the bundled notebooks to ``dest`` with their ``parameters`` cells replaced.
+
+    What ``durability lab`` opens: the committed notebooks stay stripped and untouched, the
+    copies point at the store (and plane) given. A copy already in ``dest`` is replaced.
+    """
+    import nbformat
+
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in NOTEBOOK_NAMES:
+        nb = with_parameters((source or NOTEBOOKS) / name, parameters.get(name, {}))
+        nbformat.write(nb, dest / name)  # type: ignore[no-untyped-call]
+        written.append(dest / name)
+    return written
+
+
+def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a kernel (or JupyterLab) started from here gets: this process's, without
+    ``MPLBACKEND``, with ``durability``'s source tree first on ``PYTHONPATH``, plus ``extra``."""
+    return _kernel_env(extra)

@@ -218,9 +218,9 @@ from datetime import timedelta
 
 from durability import simulate, sweep
 from durability.clock import parse_aware
-from durability.settings import Settings, parse_duration
+from durability.settings import Settings
 
-settings = Settings()  # DURABILITY_WAITING_RETENTION / DURABILITY_FINISHED_RETENTION, else 30d / 7d
+settings = Settings.from_env()  # DURABILITY_WAITING_RETENTION / DURABILITY_FINISHED_RETENTION, else 30d / 7d
 at = parse_aware(now) if now else store.clock()
 print(f"current retention: waiting {settings.waiting_retention}, finished {settings.finished_retention}; now = {at:%Y-%m-%d %H:%M} UTC")
 """),
@@ -265,7 +265,7 @@ two of its turns is longer than the waiting value, the sweep deletes it in betwe
 comes back to nothing. The chart shows each thread's longest idle gap against the proposed value.
 """),
     code("""
-proposed = Settings(waiting_retention=parse_duration(proposed_waiting), finished_retention=parse_duration(proposed_finished))
+proposed = settings.update(waiting_retention=proposed_waiting, finished_retention=proposed_finished)
 bundle.chart(plots.idle_gaps(threads, proposed.waiting_retention), "idle_gaps", charts)
 lost = simulate.lost_conversations(threads, proposed.waiting_retention)
 print(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
