@@ -14,7 +14,7 @@ loop per thread), so 100,000 threads under 50 candidate policies take well under
 The retention rules are the ones of :mod:`durability.settings` (seed 004), called once per
 distinct declared retention rather than re-derived here: a waiting thread is due its waiting
 horizon after its newest checkpoint; a finished thread is due its finished horizon after its
-mark (or its waiting horizon after its newest checkpoint, if that comes first). A policy under
+mark (each thread on one horizon, as :func:`durability.sweep.plan_sweep` classifies it). A policy under
 study is every thread's ceiling, as the platform values are: a declared value above it is
 capped at it. Unlike the real sweep, which keeps the due time fixed at the mark, a simulated
 policy applies its finished value to every mark (the question is "what if this value had been
@@ -259,15 +259,17 @@ class _Threads:
         )
 
     def due(self, policy: Policy) -> tuple[Ints, NDArray[np.bool_]]:
-        """When the sweep may delete each thread under ``policy``, and whether by the finished
-        horizon. A thread with no checkpoint time and no mark is never due."""
+        """When the sweep may delete each thread under ``policy``, and whether it is finished.
+
+        A finished thread goes on the finished horizon only, a waiting one on the waiting
+        horizon (as the sweep classifies them); a waiting thread with no checkpoint is never due.
+        """
         waiting_h, finished_h = self.declared.horizons(policy)
+        by_finished = self.finished != _NAT
         waiting_due = np.where(self.newest == _NAT, _NEVER, self.newest + waiting_h)
-        finished_due = np.where(self.finished == _NAT, _NEVER, self.finished + finished_h)
-        by_finished = finished_due <= waiting_due
-        due = np.minimum(waiting_due, finished_due)
+        due = np.where(by_finished, self.finished + finished_h, waiting_due)
         # Spared while a park is unexpired or a lease is live: deleted at the first sweep after.
-        return np.maximum(due, self.spared_until), by_finished & (due != _NEVER)
+        return np.maximum(due, self.spared_until), by_finished
 
 
 def daily(

@@ -93,9 +93,8 @@ def test_an_unset_declared_finished_is_capped_at_the_declared_waiting() -> None:
         [thread("f", newest_at=T0 - DAY * 5, finished_at=T0, declared_waiting=DAY * 6)]
     )
     frame = daily(threads, Policy(DAY * 30, DAY * 7), T0, 10)
-    # finished due T0 + 6d; waiting due (T0 - 5d) + 6d = T0 + 1d comes first.
-    assert first_deletion_day(frame) == 1
-    assert frame["deleted_waiting_threads"].sum() == 1
+    assert first_deletion_day(frame) == 6  # the mark + min(7d, declared waiting 6d)
+    assert frame["deleted_finished_threads"].sum() == 1
 
 
 def test_parks_and_live_leases_are_spared_until_they_end() -> None:
@@ -150,9 +149,10 @@ def test_the_simulation_agrees_with_the_settings_rules_thread_by_thread() -> Non
     expected = np.zeros(days, dtype=int)
     for row in rows:
         declared = policy.cap(Retention(row["declared_waiting"], row["declared_finished"]))
-        due = row["newest_at"] + waiting_horizon(settings, declared)
         if row["finished_at"] is not None:
-            due = min(due, row["finished_at"] + finished_horizon(settings, declared))
+            due = row["finished_at"] + finished_horizon(settings, declared)
+        else:
+            due = row["newest_at"] + waiting_horizon(settings, declared)
         day = max(0, -((start - due) // DAY))  # first sweep at or after due
         if day < days:
             expected[day] += 1
