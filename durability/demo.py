@@ -72,7 +72,7 @@ def publish_runner(
         if not state.get("needs_approval"):
             return state
         answer = ctx.interrupt(
-            "needs a human approval", {"draft": state["topic"]}, deadline=timedelta(days=3)
+            "needs a human approval", {"draft": state["topic"]}, deadline=timedelta(days=5)
         )
         return {
             **state,
