@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from durability.clock import FrozenClock
 from durability.runs import AgentNode, Flow, RunContext, RunControl, Runner
@@ -379,6 +379,7 @@ class Fleet:
     lost_threads: list[str]
     restored_thread: str
     drains: dict[str, int]
+    foreign_url: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         """A JSON-ready description (no keys), written to ``out/demo.json``."""
@@ -393,6 +394,7 @@ class Fleet:
             "lost_threads": self.lost_threads,
             "restored_thread": self.restored_thread,
             "drains": self.drains,
+            "foreign_url": self.foreign_url,
         }
 
 
@@ -434,7 +436,7 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
     from durability import replication
 
     out.mkdir(parents=True, exist_ok=True)
-    for name in (*PROJECTS.values(), "plane.db"):
+    for name in (*PROJECTS.values(), "plane.db", "langgraph.db"):
         _remove_sqlite(out / name)
     end = end or datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=DEMO_DAYS)
@@ -472,7 +474,8 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
             store.record_connection("", plane.url)
 
         lost, restored = _lose_and_restore_edge(edge_url, edge_path, plane, end, limits)
-        fleet = Fleet(out, store_url, edge_url, plane, start, end, lost, restored, drains)
+        foreign = langgraph_store(out / "langgraph.db")
+        fleet = Fleet(out, store_url, edge_url, plane, start, end, lost, restored, drains, foreign)
         (out / MANIFEST).write_text(json.dumps(fleet.manifest(), indent=2) + "\n")
         yield fleet
 
@@ -524,6 +527,46 @@ def _lose_and_restore_edge(
         edge.record_connection("", plane.url)
     log.info("restored %s; %s stays on the plane only", failed, parked)
     return [t for t in threads if t != failed], failed
+
+
+class Ticket(TypedDict, total=False):
+    """The state of the demo's LangGraph graph."""
+
+    ticket: str
+    draft: str
+    decision: str
+
+
+def langgraph_store(path: Path) -> str | None:
+    """A store LangGraph's own ``SqliteSaver`` wrote (a graph that asks before it replies: two
+    threads wait on the ask, one was answered), as a ``langgraph+sqlite`` URL; ``None`` when
+    LangGraph is not installed (``pip install 'durability-toolkit[langgraph]'``)."""
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.graph import END, START, StateGraph
+        from langgraph.types import Command, interrupt
+    except ImportError:
+        return None
+
+    def draft(state: Ticket) -> Ticket:
+        return {"draft": f"reply to {state['ticket']}"}
+
+    def approve(state: Ticket) -> Ticket:
+        return {"decision": interrupt({"question": "send this reply?", "draft": state["draft"]})}
+
+    graph = StateGraph(Ticket)
+    graph.add_node("draft", draft)
+    graph.add_node("approve", approve)
+    graph.add_edge(START, "draft")
+    graph.add_edge("draft", "approve")
+    graph.add_edge("approve", END)
+    _remove_sqlite(path)
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        app = graph.compile(checkpointer=saver)
+        for n in range(3):
+            app.invoke({"ticket": f"ticket {n}"}, {"configurable": {"thread_id": f"ticket-{n}"}})
+        app.invoke(Command(resume="send"), {"configurable": {"thread_id": "ticket-0"}})
+    return f"langgraph+sqlite:///{path.resolve()}"
 
 
 # ---------------------------------------------------------------------------- the notebooks
