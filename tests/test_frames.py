@@ -398,3 +398,118 @@ def test_empty_store_frames_have_the_documented_columns(target: StoreTarget) -> 
     with target.open() as store:
         for name in ("checkpoints", "threads", "outbox", "parks", "runs", "backlog"):
             assert_columns(getattr(frames, name)(store), name)
+
+
+# ---------------------------------------------------------------------------- foreign stores
+
+
+@pytest.fixture(scope="module")
+def fastaiagent_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
+    """A local.db written by the real fastaiagent SDK, and what the SDK says it wrote."""
+    import json
+
+    from test_foreign_stores import _sdk
+
+    work = tmp_path_factory.mktemp("fastaiagent-frames")
+    db = work / "local.db"
+    return db, json.loads(_sdk("sqlite", str(db), cwd=work).stdout)
+
+
+def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]]) -> None:
+    """A fastaiagent local.db: every frame's numbers are what the SDK wrote; the file is untouched."""
+    from test_foreign_stores import SETTINGS, _digest
+
+    import durability
+    from durability.stores.foreign import parse_time
+
+    db, written = fastaiagent_db
+    before = _digest(db)
+    now = datetime.now(UTC)
+    with durability.open(f"fastaiagent+sqlite:///{db}", settings=SETTINGS) as store:
+        cps = frames.checkpoints(store)
+        assert_columns(cps, "checkpoints")
+        for eid, rows in written.items():
+            mine = cps[cps.thread_id == eid]
+            assert mine["checkpoint_id"].tolist() == [r["checkpoint_id"] for r in rows]
+            assert mine["node_id"].tolist() == [r["node_id"] for r in rows]
+            assert mine["status"].tolist() == [r["status"] for r in rows]
+            assert mine["step"].tolist() == [r["node_index"] for r in rows]
+            assert mine["created_at"].tolist() == [
+                pd.Timestamp(parse_time(r["created_at"])) for r in rows
+            ]
+            assert (mine["run_id"] == eid).all()
+        resumed = cps[cps.thread_id == "exec-resumed"]
+        assert resumed["synced"].tolist()[:2] == [True, True]
+        assert resumed["sync_error"].iloc[0] is pd.NA
+        assert "over the 1048576-byte cap" in resumed["sync_error"].iloc[1]
+        assert int((~cps["synced"]).sum()) == sum(len(r) for r in written.values()) - 2
+
+        ths = frames.threads(store, now=now).set_index("thread_id")
+        assert_columns(frames.threads(store, now=now), "threads")
+        assert sorted(ths.index) == sorted(written)
+        for eid, rows in written.items():
+            times = [parse_time(r["created_at"]) for r in rows]
+            assert ths.loc[eid, "checkpoints"] == len(rows)
+            assert ths.loc[eid, "newest_at"] == pd.Timestamp(max(t for t in times if t))
+            assert ths.loc[eid, "status"] == rows[-1]["status"]
+            assert ths.loc[eid, "size_bytes"] == sum(c.size_bytes or 0 for c in store.history(eid))
+        assert ths["parked"].to_dict() == {eid: eid == "exec-paused" for eid in written}
+
+        run = frames.runs(store).set_index("run_id")
+        assert_columns(frames.runs(store), "runs")
+        assert run.loc["exec-failed", "status"] == "failed"
+        assert "payment gateway down" in run.loc["exec-failed", "error"]
+        assert run.loc["exec-resumed", "status"] == "completed"
+        assert run.loc["exec-paused", "status"] == "parked"
+
+        box = frames.outbox(store, now=now)
+        assert_columns(box, "outbox")
+        assert box["state"].value_counts().to_dict() == {
+            "pending": len(cps) - 2,
+            "synced": 1,
+            "quarantined": 1,
+        }
+        (park,) = frames.parks(store, now=now).to_dict("records")
+        assert (park["thread_id"], park["deadline_source"]) == ("exec-paused", "horizon")
+        assert park["deadline"] - park["created_at"] == pd.Timedelta(SETTINGS.waiting_retention)
+    assert _digest(db) == before
+
+
+def test_frames_of_a_langgraph_sqlite_store(tmp_path: Any) -> None:
+    """A LangGraph SqliteSaver file: threads, checkpoints and statuses as the saver wrote them."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from test_foreign_stores import _digest, _run_langgraph
+
+    import durability
+
+    db = tmp_path / "checkpoints.db"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    _run_langgraph(saver)
+    before = _digest(db)
+    with durability.open(f"langgraph+sqlite:///{db}") as store:
+        cps = frames.checkpoints(store)
+        assert_columns(cps, "checkpoints")
+        own = {
+            t: list(saver.list({"configurable": {"thread_id": t}}))
+            for t in ("waiting", "done", "blocked")
+        }
+        assert cps.groupby("thread_id").size().to_dict() == {t: len(v) for t, v in own.items()}
+        done = cps[cps.thread_id == "done"]
+        assert done["checkpoint_id"].tolist() == [
+            t.config["configurable"]["checkpoint_id"] for t in reversed(own["done"])
+        ]
+        assert done["status"].tolist() == ["completed"] * 4
+        assert done["synced"].isna().all(), "a LangGraph store keeps no outbox"
+        ths = frames.threads(store).set_index("thread_id")
+        assert ths.loc["waiting", "status"] == "interrupted"
+        assert ths.loc["done", "checkpoints"] == 4
+        assert ths.loc["done", "newest_at"] == pd.Timestamp(own["done"][0].checkpoint["ts"])
+        assert not ths["parked"].any(), "a LangGraph interrupt is a waiting thread, not a park"
+        assert frames.outbox(store).empty
+        assert frames.parks(store).empty
+        assert_columns(frames.runs(store), "runs")
+    assert _digest(db) == before
+    conn.close()
