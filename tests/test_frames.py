@@ -513,3 +513,49 @@ def test_frames_of_a_langgraph_sqlite_store(tmp_path: Any) -> None:
         assert_columns(frames.runs(store), "runs")
     assert _digest(db) == before
     conn.close()
+
+
+# ---------------------------------------------------------------------------- run health from a plane
+
+
+def test_plane_runs_read_the_same_run_health_from_the_plane(tmp_path: Any, plane: Any) -> None:
+    """Runs replicated to the real plane read back with the local frame's ids, statuses, times and errors."""
+    from plane_support import fast_backoff
+
+    import durability
+    from durability.replication.connection import connect, disconnect
+    from durability.settings import Settings
+
+    clock = FrozenClock(T0)
+    with durability.open(
+        f"sqlite:///{tmp_path / 'local.db'}", settings=Settings(), clock=clock, single_worker=True
+    ) as store:
+        Runner("steps", [wait("a", clock, 1), wait("b", clock, 3)]).start(store, {})
+        Runner("fails", [wait("a", clock, 0.5), explode]).start(store, {})
+        runner_defs.approval.start(store, {"topic": "plane"})
+        conn = connect(
+            store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff(), background=False
+        )
+        try:
+            conn.drain()
+            local = frames.runs(store)
+            remote = frames.plane_runs(conn)
+            assert_columns(remote, "runs")
+            columns = ["run_id", "thread_id", "runner", "status", "started_at", "ended_at"]
+            columns += ["steps", "duration", "error"]
+            key = ["thread_id", "run_id"]
+            assert remote[columns].sort_values(key, ignore_index=True).astype(object).to_dict(
+                "records"
+            ) == local[columns].sort_values(key, ignore_index=True).astype(object).to_dict(
+                "records"
+            )
+            assert set(remote["status"]) == {"completed", "failed", "parked"}
+            plane.plane.history = False  # a plane that serves no history: health per execution
+            health = frames.plane_runs(conn)
+            assert_columns(health, "runs")
+            assert (
+                health.set_index("thread_id")["status"].to_dict()
+                == local.set_index("thread_id")["status"].to_dict()
+            )
+        finally:
+            disconnect(store, timeout=5)
