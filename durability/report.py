@@ -98,7 +98,10 @@ def write_report(
     compares them with, ``plane`` a :class:`~durability.replication.PlaneClient` whose run
     health is added. A section the store cannot answer (a store without an outbox) says so.
     """
-    from durability import frames, plots, simulate, sweep
+    import durability.frames as frames
+    import durability.plots as plots
+    import durability.simulate as simulate
+    import durability.sweep as sweep
 
     settings = settings or Settings.from_env()
     at = now or store.clock()
