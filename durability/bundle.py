@@ -172,7 +172,14 @@ def _kernel_manager(kernels: Path) -> Any:
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     specs = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
-    return KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs)
+    # IPC transport (its sockets in the temp folder): no TCP port to take, and no "running
+    # over TCP without encryption" warning on every start.
+    return KernelManager(
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=specs,
+        transport="ipc",
+        ip=str(kernels / "kernel-ipc"),
+    )
 
 
 def source_root() -> Path | None:
@@ -191,21 +198,21 @@ def _kernel_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def chart(fig: Any, name: str, output_dir: Path | str) -> Path:
-    """Save ``fig`` as ``output_dir/name.png``, show it in the notebook, and close it.
+def chart(fig: Any, name: str, output_dir: Path | str) -> None:
+    """Save ``fig`` as ``output_dir/name.png``, show that PNG in the notebook, close the figure.
 
     What the notebooks call for every chart, so the executed notebook and the PNG folder hold
-    the same picture (and a redraw never leaks figures).
+    the same picture. The PNG itself is displayed (not the figure): the plots are built with
+    matplotlib's object API, which no notebook backend renders by itself.
     """
     import matplotlib.pyplot as plt
-    from IPython.display import display
+    from IPython.display import Image, display
 
     path = Path(output_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
-    display(fig)  # type: ignore[no-untyped-call]
     plt.close(fig)
-    return path
+    display(Image(filename=str(path)))  # type: ignore[no-untyped-call]
 
 
 def write_copies(

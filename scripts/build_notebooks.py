@@ -218,11 +218,11 @@ from datetime import timedelta
 
 from durability import simulate, sweep
 from durability.clock import parse_aware
-from durability.settings import Settings
+from durability.settings import Settings, format_duration
 
 settings = Settings.from_env()  # DURABILITY_WAITING_RETENTION / DURABILITY_FINISHED_RETENTION, else 30d / 7d
 at = parse_aware(now) if now else store.clock()
-print(f"current retention: waiting {settings.waiting_retention}, finished {settings.finished_retention}; now = {at:%Y-%m-%d %H:%M} UTC")
+print(f"current retention: waiting {format_duration(settings.waiting_retention)}, finished {format_duration(settings.finished_retention)}; now = {at:%Y-%m-%d %H:%M} UTC")
 """),
     md("""
 ## What the next sweep deletes, and why
