@@ -480,53 +480,64 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
         yield fleet
 
 
-def _lose_and_restore_edge(
-    edge_url: str, edge_path: Path, plane: DemoPlane, end: datetime, limits: Any
-) -> tuple[list[str], str]:
-    """The edge worker's runs, replicated; its store lost; one run restored and resumed."""
-    import durability
-    from durability import replication, restore
+def edge_runs(store: Store, clock: FrozenClock, end: datetime) -> dict[str, str]:
+    """The edge worker's runs in its last three days before ``end``, written into ``store``.
 
-    clock = FrozenClock(end - timedelta(days=3))
-    down: set[str] = {"edge launch"}
+    Returns their threads by kind: ``completed``, ``failed`` (its review timed out),
+    ``parked`` (waiting on an approval until after ``end``) and ``conversation``.
+    """
+    clock.set(end - timedelta(days=3))
 
     def pace(ctx: RunContext) -> None:
         clock.advance(timedelta(seconds=20))
 
-    publisher = publish_runner(pace, lambda s: s["topic"] in down)
-    talker = assistant_runner()
+    publisher = publish_runner(pace, lambda s: s["topic"] == "edge launch")
+    threads = {"completed": publisher.start(store, {"topic": "edge release notes"}).thread_id}
+    clock.set(end - timedelta(days=2))
+    threads["failed"] = publisher.start(store, {"topic": "edge launch"}).thread_id
+    clock.set(end - timedelta(days=1))
+    threads["parked"] = publisher.start(
+        store, {"topic": "edge pricing", "needs_approval": True}
+    ).thread_id
+    clock.set(end - timedelta(hours=20))
+    threads["conversation"] = "edge-conversation"
+    assistant_runner().start(
+        store,
+        {"messages": [{"role": "user", "content": "hi"}]},
+        thread_id=threads["conversation"],
+        owner="conversations",
+    )
+    return threads
+
+
+def _lose_and_restore_edge(
+    edge_url: str, edge_path: Path, plane: DemoPlane, end: datetime, limits: Any
+) -> tuple[list[str], str]:
+    """The edge worker's runs, replicated; its store lost; the failed run restored and resumed."""
+    import durability
+    from durability import replication, restore
+
+    clock = FrozenClock(end)
     with durability.open(edge_url, clock=clock, single_worker=True) as edge:
         conn = replication.connect(
             edge, plane.url, plane.keys["edge"], background=False, limits=limits
         )
-        publisher.start(edge, {"topic": "edge release notes"})
-        clock.set(end - timedelta(days=2))
-        failed = publisher.start(edge, {"topic": "edge launch"}).thread_id
-        clock.set(end - timedelta(days=1))
-        parked = publisher.start(edge, {"topic": "edge pricing", "needs_approval": True}).thread_id
-        clock.set(end - timedelta(hours=20))
-        talker.start(
-            edge,
-            {"messages": [{"role": "user", "content": "hi"}]},
-            thread_id="edge-conversation",
-            owner="conversations",
-        )
+        threads = edge_runs(edge, clock, end)
         conn.close()
-        threads = sorted(r.thread_id for r in edge.iter_threads())
     _remove_sqlite(edge_path)  # the edge machine is lost, and its disk with it
 
-    down.clear()  # the review service answers again
+    failed = threads["failed"]
     with durability.open(edge_url, clock=FrozenClock(end), single_worker=True) as edge:
         conn = replication.connect(
             edge, plane.url, plane.keys["edge"], background=False, limits=limits
         )
         plan = restore.plan_restore(edge, failed, conn)
         restore.apply_restore(edge, plan)
-        publisher.resume(edge, failed)
+        publish.resume(edge, failed)  # the review service answers again
         conn.close()
         edge.record_connection("", plane.url)
-    log.info("restored %s; %s stays on the plane only", failed, parked)
-    return [t for t in threads if t != failed], failed
+    log.info("restored %s; %s stays on the plane only", failed, threads["parked"])
+    return sorted(t for t in threads.values() if t != failed), failed
 
 
 class Ticket(TypedDict, total=False):

@@ -235,7 +235,8 @@ in the future), or **skipped** (the store enforces that horizon itself, e.g. Red
     code("""
 plan = sweep.plan_sweep(store, settings, at)
 retention = plan.to_frame()
-print(plan.summary())
+actions = retention.action.value_counts()
+print(f"the next sweep deletes {actions.get('delete', 0)} of {len(retention)} threads and spares {actions.get('spared', 0)}")
 retention.groupby(["horizon", "action"]).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), bytes=("size_bytes", "sum"))
 """),
     code("""
