@@ -1,8 +1,9 @@
 """Charts of the analysis frames, as matplotlib figures.
 
 Every function takes frames (:mod:`durability.frames`, :mod:`durability.simulate`) and returns
-a :class:`matplotlib.figure.Figure` built with the object API: no pyplot state, nothing shown,
-so the same call works in a notebook (the figure displays itself), a headless report
+a :class:`matplotlib.figure.Figure` (a :class:`Chart`) built with the object API: no pyplot
+state, nothing shown, so the same call works in a notebook (the figure displays itself as a
+PNG), a headless report
 (``fig.savefig("chart.png")``) and a test. Layouts are constrained (labels never overlap),
 dates use matplotlib's concise formatter and are UTC, durations are in the unit that reads
 best (minutes, hours or days) and bytes in binary units (KiB, MiB, GiB). An empty frame gives a
@@ -11,6 +12,7 @@ figure that says "no data" instead of failing.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,19 @@ _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 # ---------------------------------------------------------------------------- helpers
 
 
+class Chart(Figure):
+    """A :class:`~matplotlib.figure.Figure` that IPython shows as a PNG.
+
+    A figure built without pyplot has no display formatter in a kernel (it would show as
+    ``<Figure size …>``); this one renders itself, whatever the backend.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png")
+        return buffer.getvalue()
+
+
 def human_bytes(value: float) -> str:
     """``1536`` -> ``1.5 KiB``; what the bytes axes show."""
     size = float(value)
@@ -69,14 +84,14 @@ def duration_unit(longest: timedelta | pd.Timedelta | None) -> tuple[str, float]
 
 
 def _figure(title: str, rows: int = 1, *, sharex: bool = False, height: float = 3.2) -> Figure:
-    fig = Figure(figsize=(9, height * rows + 0.6), layout="constrained")
+    fig = Chart(figsize=(9, height * rows + 0.6), layout="constrained")
     fig.suptitle(title, fontsize="large", fontweight="bold")
     fig.subplots(rows, 1, sharex=sharex, squeeze=False)
     return fig
 
 
 def _no_data(title: str, why: str = NO_DATA) -> Figure:
-    fig = Figure(figsize=(9, 3), layout="constrained")
+    fig = Chart(figsize=(9, 3), layout="constrained")
     fig.suptitle(title, fontsize="large", fontweight="bold")
     ax = fig.subplots()
     ax.set_axis_off()
@@ -329,6 +344,7 @@ def run_health(runs_df: pd.DataFrame) -> Figure:
 
 __all__ = [
     "NO_DATA",
+    "Chart",
     "backlog",
     "bytes_unit",
     "duration_unit",
