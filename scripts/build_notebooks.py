@@ -395,14 +395,20 @@ frames.checkpoints(store, thread_id=thread_id)[["seq", "run_id", "node_id", "ste
 ## Restore another one from here
 
 The panel does the same for any thread id: **Plan** shows the dry run, **Restore** applies it,
-**Resume** continues the run with the value given.
+**Resume** continues the run with the value given. It opens on the next thread the store
+lacks, with its plan already made: press **Restore** to write it.
 """),
     code("""
+import json
+
 from durability.widgets import RestorePanel
 
-panel = RestorePanel(store, connection)
+panel = RestorePanel(store, connection, runner=runner)
+panel.resume_value.value = json.dumps(resume_value)
 others = [t for t in missing.thread_id.unique() if t != thread_id]
-panel.thread_id.value = others[0] if others else ""
+if others:  # the next lost thread, planned already: press Restore to apply the plan
+    panel.thread_id.value = others[0]
+    panel.make_plan()
 panel.widget
 """),
 ]
