@@ -11,6 +11,7 @@ test; elsewhere it skips with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -191,6 +192,8 @@ class Opened:
 
 def _open_and_run_all(browser: Any, lab: Lab, name: str) -> Opened:
     """Open a notebook, wait for its kernel, run all cells and wait until every cell has run."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page = browser.new_page()
     errors: list[str] = []
     page.on(
@@ -204,7 +207,10 @@ def _open_and_run_all(browser: Any, lab: Lab, name: str) -> Opened:
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(f"{lab.url}/lab/tree/{name}?token={lab.token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    # A fresh workspace may ask which kernel to start: the notebook's own (python3) is preselected.
+    with contextlib.suppress(PlaywrightTimeout):
+        page.click(".jp-Dialog .jp-mod-accept", timeout=5_000)
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=60_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
     # Every code cell shows "[n]:" once it ran ("[*]:" while queued or running).
@@ -246,7 +252,7 @@ def test_moving_the_retention_slider_changes_the_summary(browser: Any, lab: Lab)
     handle = page.locator(".durability-retention-waiting .noUi-handle").first
     handle.scroll_into_view_if_needed()
     handle.focus()
-    for _ in range(25):  # 25 days shorter: past the idle gaps of the demo's conversations
+    for _ in range(23):  # 23 days shorter: past the idle gaps of the demo's conversations
         page.keyboard.press("ArrowLeft")
     page.wait_for_function(
         "([sel, before]) => document.querySelector(sel).innerText !== before",
@@ -264,9 +270,7 @@ def test_pressing_restore_applies_the_plan(browser: Any, lab: Lab) -> None:
     page = opened.page
     status = page.locator(".durability-restore-status").first
     status.wait_for()
-    button = page.locator(
-        ".durability-restore-restore button, button.durability-restore-restore"
-    ).first
+    button = page.locator("button.durability-restore-apply").first
     button.scroll_into_view_if_needed()
     button.click()
     page.wait_for_function(
