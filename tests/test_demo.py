@@ -110,3 +110,57 @@ def test_demo_command_reports_runs(tmp_path: Path) -> None:
     assert data["outbox"]["pending"] > 0
     assert len(data["lost_threads"]) == 3
     assert data["notebooks"] == []
+
+
+def test_report_writes_the_charts_and_tables_as_a_static_page(tmp_path: Path) -> None:
+    """`durability report URL --out DIR`: index.html with the sections, every chart a PNG beside it."""
+    with build_fleet(tmp_path / "out", end=END) as fleet:
+        store_url = fleet.store_url
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        cli, ["report", store_url, "--out", str(out), "--now", END.isoformat()]
+    )
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text()
+    for title in ("Threads", "Runs", "Replication", "Retention"):
+        assert f"<h2>{title}</h2>" in page
+    assert "plane rejected: state_snapshot is" in page, (
+        "the quarantined rows with the plane's reason"
+    )
+    images = sorted(p.name for p in out.glob("*.png"))
+    assert images == sorted(
+        f"{n}.png"
+        for n in ("run_health", "backlog", "retention_curve", "idle_gaps", "sweep_timeline")
+    )
+    for name in images:
+        assert f'src="{name}"' in page
+
+
+def test_lab_copies_carry_the_demo_parameters_and_leave_the_committed_notebooks_stripped(
+    tmp_path: Path,
+) -> None:
+    """The copies `durability lab` opens point at the demo store and plane; no key is written."""
+    from durability import bundle
+    from durability.demo import notebook_parameters
+
+    manifest = {"store_url": "sqlite:///x/demo.db", "edge_url": "sqlite:///x/edge.db"}
+    params = notebook_parameters(manifest, "http://127.0.0.1:1", tmp_path / "charts")
+    before = {p.name: p.read_text() for p in bundle.NOTEBOOKS.glob("*.ipynb")}
+    written = bundle.write_copies(tmp_path / "lab", params)
+    assert [p.name for p in written] == list(bundle.NOTEBOOK_NAMES)
+    explore = (tmp_path / "lab" / "explore_store.ipynb").read_text()
+    assert "sqlite:///x/demo.db" in explore
+    assert "http://127.0.0.1:1" in explore
+    assert "injected-parameters" in explore
+    restore_nb = (tmp_path / "lab" / "restore_runs.ipynb").read_text()
+    assert "sqlite:///x/edge.db" in restore_nb
+    assert "DURABILITY_EDGE_PLANE_API_KEY" in restore_nb
+    assert {p.name: p.read_text() for p in bundle.NOTEBOOKS.glob("*.ipynb")} == before
+
+
+def test_lab_without_a_demo_or_store_says_what_to_do(tmp_path: Path) -> None:
+    """No demo in OUT and no --store: refused, naming `durability demo` and --store."""
+    result = CliRunner().invoke(cli, ["lab", "--out", str(tmp_path), "--no-browser"])
+    assert result.exit_code != 0
+    assert "durability demo" in result.output
+    assert "--store" in result.output
