@@ -138,9 +138,10 @@ def execute(
     target = out_dir / notebook.name
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="durability-kernels-") as kernels:
+        km = _kernel_manager(Path(kernels))
         client = NotebookClient(
             nb,
-            km=_kernel_manager(Path(kernels)),
+            km=km,
             timeout=timeout,
             startup_timeout=120,
             kernel_name=KERNEL_NAME,
@@ -154,6 +155,10 @@ def execute(
                 f"cannot execute {notebook.name}: a cell failed (the partly executed copy is "
                 f"{target}); fix the store or parameters it names:\n{_ANSI.sub('', str(exc))[-2000:]}"
             ) from None
+        finally:
+            # nbclient leaves a kernel manager it was given running: shut the kernel down here.
+            if km.has_kernel:
+                km.shutdown_kernel(now=False)
     nbformat.write(nb, target)  # type: ignore[no-untyped-call]
     return Executed(target, time.perf_counter() - started, dict(parameters))
 

@@ -154,6 +154,15 @@ def _stop(url: str, token: str, server: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait(5)
+    # `durability lab` stops its JupyterLab when it is stopped: the port is released.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/api/status", timeout=1)
+        except httpx.HTTPError:
+            return
+        time.sleep(0.3)
+    pytest.fail(f"JupyterLab still answers on {url} after `durability lab` was stopped")
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -83,11 +84,24 @@ def lab(store_url: str | None, out: Path, port: int, no_browser: bool) -> None:
             command.append("--no-browser")
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             command.append("--allow-root")  # JupyterLab exits as root without it
-        try:
-            code = subprocess.call(command, env=bundle.kernel_env(env))  # noqa: S603 - this interpreter, fixed arguments
-        except KeyboardInterrupt:
-            code = 0
+        code = _serve(command, bundle.kernel_env(env))
     sys.exit(code)
+
+
+def _serve(command: list[str], env: dict[str, str]) -> int:
+    """Run JupyterLab until it exits; Ctrl-C or SIGTERM to this process stops it (and its
+    kernels) too, so it never outlives the plane this process serves."""
+    server = subprocess.Popen(command, env=env)  # noqa: S603 - this interpreter, fixed arguments
+    previous = signal.signal(signal.SIGTERM, lambda *_: server.terminate())
+    try:
+        return server.wait()
+    except KeyboardInterrupt:
+        server.terminate()
+        return server.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if server.poll() is None:
+            server.kill()
 
 
 def _store_parameters(store_url: str, charts: Path) -> dict[str, dict[str, Any]]:
