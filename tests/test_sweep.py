@@ -149,6 +149,7 @@ def test_a_waiting_thread_goes_its_waiting_retention_after_its_newest_checkpoint
         assert result.deleted_ids() == []
         assert result.skipped["waiting"].threads == 1
         assert store.provider in result.skipped["waiting"].reason
+        assert set(result.skipped) == {"waiting"}
         assert result.to_dict()["skipped"]["waiting"]["threads"] == 1
         assert store.has_thread("open"), "the sweep leaves it to the key TTL or the process"
 
@@ -294,6 +295,10 @@ def test_an_empty_plan_still_has_the_columns(tmp_path: Any) -> None:
 
     with open_store("memory://", settings=SETTINGS) as empty:
         frame = plan_sweep(empty).to_frame()
+        skipped = sweep(empty).skipped
+    assert skipped["waiting"].threads == 0, (
+        "memory reports its waiting horizon skipped, empty or not"
+    )
     assert frame.empty
     assert {c: str(t) for c, t in frame.dtypes.items()} == PLAN_COLUMNS
 
@@ -812,6 +817,9 @@ def test_policy_diff_lists_the_threads_whose_action_changes(
     else:
         assert diff.empty, "the waiting horizon is skipped either way; the mark keeps its due time"
     assert policy_diff(store, SETTINGS, SETTINGS).empty
+    assert (store.provider in ("memory", "redis")) == ("waiting" in sweep(store).skipped), (
+        "the skipped horizon is reported even when it holds nothing due"
+    )
     assert store.has_thread("idle"), "a diff deletes nothing"
 
 
