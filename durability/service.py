@@ -179,6 +179,12 @@ def _checked_token(admin_token: str | None) -> bytes:
             f"{ENV_ADMIN_TOKEN} (e.g. to the output of "
             '`python -c "import secrets; print(secrets.token_urlsafe(32))"`)'
         )
+    if not token.isascii() or not token.isprintable():
+        raise ConfigError(
+            f"refusing to start the ops service: {ENV_ADMIN_TOKEN} holds characters an HTTP "
+            "header cannot carry; use printable ASCII (e.g. "
+            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`)'
+        )
     if len(token) < MIN_TOKEN_CHARS:
         raise ConfigError(
             f"refusing to start the ops service: {ENV_ADMIN_TOKEN} is {len(token)} characters, "

@@ -142,9 +142,9 @@ def test_the_sweep_needs_the_admin_token_missing_401_wrong_403(serve: Serve) -> 
     assert ops.sweep(AS_OF_NOW).status_code == 200
 
 
-@pytest.mark.parametrize("token", [None, "", "   ", "short-token"])
+@pytest.mark.parametrize("token", [None, "", "   ", "short-token", "long-enough-but-naïve-token"])
 def test_a_service_without_a_usable_token_refuses_to_start(tmp_path: Path, token: Any) -> None:
-    """An absent, blank or short admin token is refused at creation, naming DURABILITY_ADMIN_TOKEN."""
+    """An absent, blank, short or non-ASCII admin token is refused at creation, naming DURABILITY_ADMIN_TOKEN."""
     from durability.stores import open_store
 
     with (
