@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 ENV_ADMIN_TOKEN = "DURABILITY_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a token
 SWEEP_ROUTE = "/api/checkpoints/sweep"
 PRUNE_ROUTE = "/api/babelfish/checkpoints/prune"
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Shorter tokens are refused at start: an admin token that guards deletes must not be guessable.
 MIN_TOKEN_CHARS = 16
 BODY_FIELDS = ("dry_run", "now")
@@ -151,14 +150,13 @@ class OpsService:
         from durability.sweep import sweep
 
         result = sweep(self.store, self.settings, now, filters=self.filters)
-        log.info("sweep done: %s", result)
         return {"dry_run": False, **result.to_dict()}
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: the sweep's counters as Prometheus text (no auth: nothing secret)."""
         from durability import metrics
 
-        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
 
     async def prune(self, request: Request) -> Response:
         """The removed flows-engine prune route: 410, naming what replaced it."""
