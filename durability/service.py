@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from durability.settings import Settings
     from durability.stores.base import Store
+    from durability.sweep import LiveThreadFilter
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class OpsService:
         settings: Settings | None,
         admin_token: str | None,
         *,
-        filters: Sequence[Any] | None = None,
+        filters: Sequence[LiveThreadFilter] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings if settings is not None else store.settings
@@ -259,7 +260,7 @@ def create_ops_app(
     settings: Settings | None = None,
     admin_token: str | None = None,
     *,
-    filters: Sequence[Any] | None = None,
+    filters: Sequence[LiveThreadFilter] | None = None,
 ) -> Starlette:
     """The ops service as an ASGI application over ``store``.
 
