@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from durability._version import __version__
-from durability.cli import demo, outbox, plane, restore, runs, store, threads
+from durability.cli import demo, outbox, plane, restore, runs, store, sweep, threads
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -22,7 +22,7 @@ def cli() -> None:
     """
 
 
-for module in (demo, store, threads, runs, restore, outbox, plane):
+for module in (demo, store, threads, runs, restore, outbox, plane, sweep):
     module.register(cli)
 
 

@@ -1432,6 +1432,68 @@ WHERE NOT EXISTS (SELECT 1 FROM {cps} c WHERE c.tkey = l.tkey AND c.thread_id = 
         for rows in self._stream("read outbox columns", sql, [], chunk_size):
             yield columns_of(OUTBOX_COLUMNS, rows)
 
+    # ---- sweep
+
+    @_reconnecting
+    def _sweep_records(self) -> list[ThreadRecord]:
+        # One GROUP BY over the checkpoints (by thread key: the 128-bit hash stands for the id,
+        # which is read from each thread's newest row) and one read of the whole ledger, in
+        # one snapshot: per-thread queries cost a round trip each.
+        c = checkpoints.c
+        totals = (
+            sa.select(
+                c.tkey,
+                sa.func.count().label("n"),
+                sa.func.sum(c.size_bytes).label("size"),
+                sa.func.max(c.created_at).label("newest_at"),
+                sa.func.max(c.seq).label("newest_seq"),
+            )
+            .group_by(c.tkey)
+            .subquery("totals")
+        )
+        named = sa.select(totals, c.thread_id).join(checkpoints, c.seq == totals.c.newest_seq)
+        with self._read("read the threads for the sweep") as conn:
+            found = {(r.tkey, r.thread_id): r for r in conn.execute(named)}
+            ledger = {(r.tkey, r.thread_id): r for r in conn.execute(sa.select(threads))}
+        return [
+            _record(thread_id, found.get((k, thread_id)), ledger.get((k, thread_id)))
+            for k, thread_id in found.keys() | ledger.keys()
+        ]
+
+    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
+        # Set-based: four DELETEs per chunk of ids, all in one transaction, counting what went
+        # by thread key from RETURNING (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
+        by_key = {thread_key(t): t for t in thread_ids}
+        counts = {t: [0, 0] for t in thread_ids}
+        with self._write("delete threads") as conn:
+            for chunk in _chunks(thread_ids):
+                keys = [thread_key(t) for t in chunk]
+                for table, slot in ((checkpoints, 0), (writes, 1)):
+                    gone = conn.execute(
+                        table.delete()
+                        .where(table.c.tkey.in_(keys), table.c.thread_id.in_(chunk))
+                        .returning(table.c.tkey)
+                    )
+                    for (tkey,) in gone:
+                        counts[by_key[tkey]][slot] += 1
+                for table in (parks, threads):
+                    conn.execute(
+                        table.delete().where(table.c.tkey.in_(keys), table.c.thread_id.in_(chunk))
+                    )
+        return {t: Deleted(checkpoints=n, writes=w) for t, (n, w) in counts.items()}
+
+    @_reconnecting
+    def _unreplicated(self) -> dict[str, int]:
+        c = checkpoints.c
+        counts: dict[str, int] = {}
+        with self._read("read the outbox") as conn:
+            # Two queries, each answered from its partial index (pending rows, quarantined rows).
+            for where in (_not_synced, _quarantined):
+                query = sa.select(c.thread_id, sa.func.count()).where(where).group_by(c.thread_id)
+                for thread_id, n in conn.execute(query):
+                    counts[thread_id] = counts.get(thread_id, 0) + int(n)
+        return counts
+
 
 # ---------------------------------------------------------------------------- row mapping
 

@@ -1,0 +1,737 @@
+"""The checkpoint sweep (seed 004 "The checkpoint sweep"): the one operation that deletes threads.
+
+It is admin-only and destructive, and nothing runs it in the background: drive it on a cadence
+(cron, a Kubernetes CronJob, a scheduler; see the README). It covers the store it is given —
+the deployment's configured store (seed 004 "Scope").
+
+Two horizons:
+
+* ``finished``: every thread marked finished whose due time (fixed at its mark, from the
+  retention in force then) is at or before ``now`` is deleted, on every provider.
+* ``waiting``: on providers that sweep waiting threads (postgres, sqlite), every unmarked thread
+  whose newest checkpoint is older than its waiting retention (the one declared at its latest
+  run start, else the platform's) is deleted. On redis the key TTL does this and on memory the
+  thread lives with its process: both are reported as skipped.
+
+It works as validate → plan → apply. :func:`plan_sweep` reads every thread once, classifies it
+and asks every live-thread filter about every due thread; :func:`sweep` computes the very same
+plan and applies its ``delete`` rows, so a preview can never disagree with the sweep. A thread a
+filter claims is spared: logged at WARNING, counted on
+``durability_checkpoint_sweep_spared_total{horizon,owner}``, listed in the result, and — if it
+is finished — left in the finished set, so the next sweep asks again. A filter that raises fails
+the sweep before anything is deleted.
+
+Deleting a thread removes every checkpoint, pending write, ledger record, park and outbox row it
+holds, in set-based batches. A checkpoint a run writes while the thread is being deleted is
+deleted again, round after round, up to :data:`MAX_ROUNDS`; then the sweep fails loudly naming
+the thread. The Redis store's own delete already repeats until the thread is empty and raises
+:class:`~durability.errors.CheckpointDeleteError` as soon as a round stops making progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from durability.clock import as_utc
+from durability.errors import ConfigError, SweepError
+from durability.model import Deleted, ThreadRecord
+from durability.settings import Settings, format_duration, waiting_horizon
+from durability.stores.base import Store, retention_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+#: The two retention horizons, in the order the sweep deletes them.
+HORIZONS = ("finished", "waiting")
+#: What the sweep does with a thread: delete it, spare it (a filter claims it), nothing yet
+#: (``not_due``), or nothing because the provider handles that horizon itself (``skipped``).
+ACTIONS = ("delete", "spared", "not_due", "skipped")
+#: Delete rounds per batch before a thread that keeps receiving writes fails the sweep.
+MAX_ROUNDS = 100
+#: Threads deleted per store call (one transaction on SQL).
+DEFAULT_BATCH = 1000
+
+
+# ---------------------------------------------------------------------------- filters
+
+
+class LiveThreadFilter(Protocol):
+    """Something that knows a due thread is still live, and so must not be deleted.
+
+    ``owner`` labels the spared metric and the plan's rows (``park``, ``lease``, …). Before
+    the first delete, :meth:`claims` is asked about every candidate; raising fails the sweep.
+    """
+
+    owner: str
+
+    def claims(
+        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
+    ) -> Mapping[str, str]:
+        """``{thread_id: why it is live}`` for the candidates this filter claims."""
+        ...
+
+
+class _ParkFilter:
+    """Claims a thread with a pending park whose deadline has not passed."""
+
+    owner = "park"
+
+    def claims(
+        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
+    ) -> Mapping[str, str]:
+        # Every handle is asked, not only one that can park: another handle on the same
+        # SQLite file may have been opened with single_worker=True and parked there.
+        wanted = {c.thread_id for c in candidates}
+        return {
+            p.thread_id: f"a run is parked until {p.deadline.isoformat()} ({p.reason or 'no reason'})"
+            for p in store.parks()
+            if p.thread_id in wanted and p.deadline > now
+        }
+
+    def __repr__(self) -> str:
+        return "PARK_FILTER"
+
+
+class _LeaseFilter:
+    """Claims a thread whose run holds a live lease (a run in progress)."""
+
+    owner = "lease"
+
+    def claims(
+        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
+    ) -> Mapping[str, str]:
+        return {
+            c.thread_id: (
+                f"run {c.lease.run_id or '?'} ({c.lease.holder}) holds its lease until "
+                f"{c.lease.expires_at.isoformat()}"
+            )
+            for c in candidates
+            if c.lease is not None and c.lease.live(now)
+        }
+
+    def __repr__(self) -> str:
+        return "LEASE_FILTER"
+
+
+class _ReplicationFilter:
+    """In a store that replicates, claims a thread holding checkpoints the plane lacks.
+
+    Pending and quarantined rows both count: the plane has neither, and the sweep never
+    deletes what was never replicated (fastaiagent's ``prune()`` did).
+    """
+
+    owner = "replication"
+
+    def claims(
+        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
+    ) -> Mapping[str, str]:
+        if not store.replicates:
+            return {}
+        missing = store.unreplicated()
+        return {
+            c.thread_id: (
+                f"the plane does not have {missing[c.thread_id]} of its checkpoints yet (pending "
+                "or quarantined; see `durability outbox status`)"
+            )
+            for c in candidates
+            if missing.get(c.thread_id)
+        }
+
+    def __repr__(self) -> str:
+        return "REPLICATION_FILTER"
+
+
+PARK_FILTER: LiveThreadFilter = _ParkFilter()
+LEASE_FILTER: LiveThreadFilter = _LeaseFilter()
+REPLICATION_FILTER: LiveThreadFilter = _ReplicationFilter()
+
+_filters: list[LiveThreadFilter] = [PARK_FILTER, LEASE_FILTER, REPLICATION_FILTER]
+_filters_lock = threading.Lock()
+
+
+def _check_filter(f: object) -> LiveThreadFilter:
+    owner = getattr(f, "owner", None)
+    if not isinstance(owner, str) or not owner or not callable(getattr(f, "claims", None)):
+        raise ConfigError(
+            f"cannot use {f!r} as a live-thread filter: it needs an `owner` (a non-empty string, "
+            "the spared metric's label) and a `claims(store, candidates, now)` method"
+        )
+    return f  # type: ignore[return-value]
+
+
+def register_filter(f: LiveThreadFilter) -> None:
+    """Ask ``f`` about every due thread in every later sweep (a no-op if already registered)."""
+    _check_filter(f)
+    with _filters_lock:
+        if f not in _filters:
+            _filters.append(f)
+
+
+def unregister_filter(f: LiveThreadFilter) -> None:
+    """Stop asking ``f`` (a no-op if it is not registered)."""
+    with _filters_lock:
+        if f in _filters:
+            _filters.remove(f)
+
+
+def registered_filters() -> list[LiveThreadFilter]:
+    """The filters a sweep asks by default, in the order they are asked."""
+    with _filters_lock:
+        return list(_filters)
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    """What the sweep does with one thread, and why.
+
+    ``owner`` is the owner of the live-thread filter that spared the thread (``None`` unless
+    ``action`` is ``spared``). ``due_at`` is when the thread's horizon passes: its mark's due
+    time when finished, its newest checkpoint plus its waiting retention when waiting (``None``
+    where nothing measures it: a memory store's waiting thread, a thread with no checkpoint and
+    no recorded run start). ``declared_*`` are the values its latest run start declared.
+    """
+
+    thread_id: str
+    horizon: str
+    action: str
+    reason: str
+    owner: str | None
+    due_at: datetime | None
+    newest_at: datetime | None
+    finished_at: datetime | None
+    declared_waiting: timedelta | None
+    declared_finished: timedelta | None
+    checkpoints: int
+    size_bytes: int
+
+
+#: The columns of :meth:`SweepPlan.to_frame` and their dtypes.
+PLAN_COLUMNS: dict[str, str] = {
+    "thread_id": "string",
+    "horizon": "string",
+    "action": "string",
+    "reason": "string",
+    "owner": "string",
+    "due_at": "datetime64[ns, UTC]",
+    "newest_at": "datetime64[ns, UTC]",
+    "finished_at": "datetime64[ns, UTC]",
+    "declared_waiting": "timedelta64[ns]",
+    "declared_finished": "timedelta64[ns]",
+    "checkpoints": "int64",
+    "size_bytes": "int64",
+}
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """One row per thread the store holds: what a sweep at ``now`` with ``settings`` does."""
+
+    now: datetime
+    settings: Settings
+    provider: str
+    rows: tuple[PlanRow, ...]
+
+    def deletes(self, horizon: str | None = None) -> tuple[PlanRow, ...]:
+        """The rows the sweep deletes (in one horizon, or both), in the order it deletes them."""
+        return tuple(
+            r
+            for r in self.rows
+            if r.action == "delete" and (horizon is None or r.horizon == horizon)
+        )
+
+    def to_frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame with :data:`PLAN_COLUMNS` (times aware UTC)."""
+        import pandas as pd
+
+        names = [f.name for f in fields(PlanRow)]
+        columns: dict[str, Any] = {name: [getattr(r, name) for r in self.rows] for name in names}
+        data: dict[str, Any] = {}
+        dtype: Any  # pandas-stubs type astype's argument as literals only
+        for name, dtype in PLAN_COLUMNS.items():
+            values = columns[name]
+            if dtype.startswith("datetime64"):
+                data[name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True).astype(dtype)
+            elif dtype.startswith("timedelta64"):
+                data[name] = pd.to_timedelta(pd.Series(values, dtype=object)).astype(dtype)
+            else:
+                data[name] = pd.Series(values, dtype=dtype)
+        return pd.DataFrame(data, columns=list(PLAN_COLUMNS))
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per horizon and action, and the checkpoints and bytes the sweep would delete."""
+        counts = {h: dict.fromkeys(ACTIONS, 0) for h in HORIZONS}
+        going = {h: {"threads": 0, "checkpoints": 0, "size_bytes": 0} for h in HORIZONS}
+        for r in self.rows:
+            counts[r.horizon][r.action] += 1
+            if r.action == "delete":
+                g = going[r.horizon]
+                g["threads"] += 1
+                g["checkpoints"] += r.checkpoints
+                g["size_bytes"] += r.size_bytes
+        return {
+            "now": self.now,
+            "provider": self.provider,
+            "threads": len(self.rows),
+            "counts": counts,
+            "delete": going,
+            "total_delete": {
+                key: sum(going[h][key] for h in HORIZONS)
+                for key in ("threads", "checkpoints", "size_bytes")
+            },
+        }
+
+
+def plan_sweep(
+    store: Store,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+    *,
+    filters: Sequence[LiveThreadFilter] | None = None,
+) -> SweepPlan:
+    """What :func:`sweep` would do now, without deleting anything: one row per thread.
+
+    ``settings`` defaults to the store's, ``now`` to its clock, ``filters`` to
+    :func:`registered_filters`. A filter that raises raises :class:`SweepError` here too.
+    """
+    settings, when = _inputs(store, settings, now)
+    return _plan(store, settings, when, store.sweep_records(), filters)
+
+
+def _inputs(
+    store: Store, settings: Settings | None, now: datetime | None
+) -> tuple[Settings, datetime]:
+    if settings is not None and not isinstance(settings, Settings):
+        raise ConfigError(
+            f"cannot plan a sweep: settings must be a durability.settings.Settings, got "
+            f"{type(settings).__name__}; build one with Settings.from_env()"
+        )
+    return settings or store.settings, as_utc(now) if now is not None else store.clock()
+
+
+def _plan(
+    store: Store,
+    settings: Settings,
+    now: datetime,
+    records: Iterable[ThreadRecord],
+    filters: Sequence[LiveThreadFilter] | None,
+) -> SweepPlan:
+    skip_reason = _skipped_reason(store)
+    classified = [_classify(r, settings, now, skip_reason) for r in records]
+    classified.sort(key=lambda item: (item[0].finished_at is None, item[0].thread_id))
+    candidates = [record for record, _h, action, _why, _due in classified if action == "delete"]
+    claims = _ask(store, candidates, now, filters)
+    rows = []
+    for record, horizon, action, reason, due in classified:
+        owner = None
+        claim = claims.get(record.thread_id) if action == "delete" else None
+        if claim is not None:
+            action, owner = "spared", claim[0][0]
+            reason = "; ".join(f"spared by {o}: {why}" for o, why in claim)
+        rows.append(
+            PlanRow(
+                thread_id=record.thread_id,
+                horizon=horizon,
+                action=action,
+                reason=reason,
+                owner=owner,
+                due_at=due,
+                newest_at=record.newest_at,
+                finished_at=record.finished_at,
+                declared_waiting=record.declared_waiting,
+                declared_finished=record.declared_finished,
+                checkpoints=record.checkpoints,
+                size_bytes=record.size_bytes,
+            )
+        )
+    return SweepPlan(now=now, settings=settings, provider=store.provider, rows=tuple(rows))
+
+
+def _skipped_reason(store: Store) -> str | None:
+    """Why the sweep leaves the store's waiting threads alone, or ``None`` if it sweeps them."""
+    caps = store.capabilities
+    if caps.sweeps_waiting:
+        return None
+    if caps.ttl:
+        return (
+            f"skipped: on {store.provider} each key's TTL (the waiting retention) deletes a waiting "
+            "thread, not the sweep"
+        )
+    if store.provider == "memory":
+        return "skipped: on memory a waiting thread lives with its process, not past it"
+    return f"skipped: the {store.provider or type(store).__name__} store does not sweep waiting threads"
+
+
+def _classify(
+    record: ThreadRecord, settings: Settings, now: datetime, skip_reason: str | None
+) -> tuple[ThreadRecord, str, str, str, datetime | None]:
+    """``(record, horizon, action, reason, due_at)`` before the filters are asked."""
+    if record.finished_at is not None:
+        due = record.due_at
+        if due is not None and due <= now:
+            return record, "finished", "delete", f"finished; due {due.isoformat()}", due
+        when = due.isoformat() if due is not None else "never (no due time recorded)"
+        return record, "finished", "not_due", f"finished; due {when}", due
+    horizon = waiting_horizon(settings, retention_of(record))
+    whose = "declared" if record.declared_waiting is not None else "platform"
+    since = record.newest_at or record.started_at
+    due = None if since is None else since + horizon
+    if skip_reason is not None:
+        return record, "waiting", "skipped", skip_reason, due if record.newest_at else None
+    if due is None:
+        reason = "holds no checkpoint and records no run start: nothing to measure its waiting retention from"
+        return record, "waiting", "not_due", reason, None
+    what = "newest checkpoint" if record.newest_at is not None else "run start (no checkpoint)"
+    detail = f"{what} {since.isoformat()} + {whose} waiting retention {format_duration(horizon)}"  # type: ignore[union-attr]
+    if due <= now:
+        return record, "waiting", "delete", f"idle past its horizon: {detail}", due
+    return record, "waiting", "not_due", f"due {due.isoformat()}: {detail}", due
+
+
+def _ask(
+    store: Store,
+    candidates: Sequence[ThreadRecord],
+    now: datetime,
+    filters: Sequence[LiveThreadFilter] | None,
+) -> dict[str, list[tuple[str, str]]]:
+    """``{thread_id: [(owner, why), …]}`` for the candidates some filter claims."""
+    chosen = registered_filters() if filters is None else [_check_filter(f) for f in filters]
+    if not candidates:
+        return {}
+    wanted = {c.thread_id for c in candidates}
+    claims: dict[str, list[tuple[str, str]]] = {}
+    for f in chosen:
+        try:
+            claimed = f.claims(store, candidates, now)
+        except Exception as exc:
+            raise SweepError(
+                f"the sweep failed before deleting anything: the live-thread filter {f.owner!r} "
+                f"({f!r}) raised {type(exc).__name__}: {exc}; fix or unregister the filter, then "
+                "sweep again"
+            ) from exc
+        if not isinstance(claimed, Mapping):
+            raise SweepError(
+                f"the sweep failed before deleting anything: the live-thread filter {f.owner!r} "
+                f"returned {type(claimed).__name__}, not a mapping of thread id to reason"
+            )
+        for thread_id, why in claimed.items():
+            if thread_id in wanted:
+                claims.setdefault(thread_id, []).append((f.owner, str(why)))
+    return claims
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedThread:
+    """A thread the sweep deleted, and what it removed (rows raced in included)."""
+
+    thread_id: str
+    horizon: str
+    checkpoints: int
+    writes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SparedThread:
+    """A due thread a live-thread filter claimed."""
+
+    thread_id: str
+    horizon: str
+    owner: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedHorizon:
+    """A horizon the provider handles itself: how many threads it holds there, and why."""
+
+    horizon: str
+    threads: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep deleted, spared and skipped, per horizon (keys of :data:`HORIZONS`).
+
+    ``skipped`` has an entry only for a horizon the provider skips; ``rounds`` is the most
+    delete rounds any batch needed (2 when no writer raced the delete).
+    """
+
+    now: datetime
+    provider: str
+    deleted: Mapping[str, tuple[DeletedThread, ...]]
+    spared: Mapping[str, tuple[SparedThread, ...]]
+    skipped: Mapping[str, SkippedHorizon]
+    not_due: Mapping[str, int]
+    rounds: int = 0
+
+    def checkpoints(self, horizon: str | None = None) -> int:
+        """Checkpoints deleted (in one horizon, or both)."""
+        return sum(d.checkpoints for h in self._horizons(horizon) for d in self.deleted[h])
+
+    def writes(self, horizon: str | None = None) -> int:
+        """Pending writes deleted (in one horizon, or both)."""
+        return sum(d.writes for h in self._horizons(horizon) for d in self.deleted[h])
+
+    def deleted_ids(self, horizon: str | None = None) -> list[str]:
+        """The ids of the deleted threads (in one horizon, or both)."""
+        return [d.thread_id for h in self._horizons(horizon) for d in self.deleted[h]]
+
+    @staticmethod
+    def _horizons(horizon: str | None) -> tuple[str, ...]:
+        return HORIZONS if horizon is None else (horizon,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data (what ``durability sweep --json`` prints)."""
+        return {
+            "now": self.now.isoformat(),
+            "provider": self.provider,
+            "rounds": self.rounds,
+            "deleted": {
+                h: {
+                    "threads": len(self.deleted[h]),
+                    "checkpoints": self.checkpoints(h),
+                    "writes": self.writes(h),
+                    "thread_ids": self.deleted_ids(h),
+                }
+                for h in HORIZONS
+            },
+            "spared": {
+                h: [
+                    {"thread_id": s.thread_id, "owner": s.owner, "reason": s.reason}
+                    for s in self.spared[h]
+                ]
+                for h in HORIZONS
+            },
+            "skipped": {
+                h: (
+                    {"threads": self.skipped[h].threads, "reason": self.skipped[h].reason}
+                    if h in self.skipped
+                    else None
+                )
+                for h in HORIZONS
+            },
+            "not_due": dict(self.not_due),
+            "totals": {
+                "threads": len(self.deleted_ids()),
+                "checkpoints": self.checkpoints(),
+                "writes": self.writes(),
+                "spared": sum(len(v) for v in self.spared.values()),
+            },
+        }
+
+
+def sweep(
+    store: Store,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+    *,
+    filters: Sequence[LiveThreadFilter] | None = None,
+    progress: bool = False,
+    batch_size: int = DEFAULT_BATCH,
+) -> SweepResult:
+    """Delete every thread whose horizon has passed; admin-only and destructive.
+
+    Computes :func:`plan_sweep` (same arguments) and deletes its ``delete`` rows, finished
+    horizon first, ``batch_size`` threads per store call; ``progress=True`` shows a tqdm bar
+    when there is more than one batch. Raises :class:`SweepError` when a filter fails (nothing
+    is deleted) or a thread still receives writes after :data:`MAX_ROUNDS` delete rounds, and
+    :class:`~durability.errors.CheckpointDeleteError` from the Redis store's own rule.
+    """
+    from durability import metrics
+
+    if batch_size < 1:
+        raise ConfigError(f"cannot sweep: batch_size={batch_size} must be at least 1")
+    try:
+        plan = plan_sweep(store, settings, now, filters=filters)
+        spared = _spare(plan)
+        deleted, rounds = _apply(store, plan, progress=progress, batch_size=batch_size)
+    except BaseException:
+        metrics.SWEEP_RUNS.labels(outcome="failure").inc()
+        raise
+    for horizon in HORIZONS:
+        metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(deleted[horizon]))
+        metrics.SWEEP_DELETED_CHECKPOINTS.labels(horizon=horizon).inc(
+            sum(d.checkpoints for d in deleted[horizon])
+        )
+    metrics.SWEEP_RUNS.labels(outcome="success").inc()
+    metrics.SWEEP_LAST_SUCCESS.set_to_current_time()
+    result = SweepResult(
+        now=plan.now,
+        provider=plan.provider,
+        deleted=deleted,
+        spared=spared,
+        skipped=_skipped(plan),
+        not_due={
+            h: sum(1 for r in plan.rows if r.horizon == h and r.action == "not_due")
+            for h in HORIZONS
+        },
+        rounds=rounds,
+    )
+    logger.info(
+        "sweep of %r at %s: deleted %d threads (%d checkpoints, %d writes), spared %d",
+        store,
+        plan.now.isoformat(),
+        len(result.deleted_ids()),
+        result.checkpoints(),
+        result.writes(),
+        sum(len(v) for v in spared.values()),
+    )
+    return result
+
+
+def _spare(plan: SweepPlan) -> dict[str, tuple[SparedThread, ...]]:
+    """Log and count the plan's spared threads (before the first delete)."""
+    from durability import metrics
+
+    spared: dict[str, list[SparedThread]] = {h: [] for h in HORIZONS}
+    for r in plan.rows:
+        if r.action != "spared":
+            continue
+        assert r.owner is not None
+        logger.warning("sweep spared thread %r (%s horizon): %s", r.thread_id, r.horizon, r.reason)
+        metrics.SWEEP_SPARED.labels(horizon=r.horizon, owner=r.owner).inc()
+        spared[r.horizon].append(SparedThread(r.thread_id, r.horizon, r.owner, r.reason))
+    return {h: tuple(v) for h, v in spared.items()}
+
+
+def _skipped(plan: SweepPlan) -> dict[str, SkippedHorizon]:
+    skipped: dict[str, SkippedHorizon] = {}
+    for r in plan.rows:
+        if r.action == "skipped":
+            seen = skipped.get(r.horizon)
+            skipped[r.horizon] = SkippedHorizon(
+                r.horizon, (seen.threads if seen else 0) + 1, r.reason
+            )
+    return skipped
+
+
+def _apply(
+    store: Store, plan: SweepPlan, *, progress: bool, batch_size: int
+) -> tuple[dict[str, tuple[DeletedThread, ...]], int]:
+    """Delete the plan's ``delete`` rows, horizon by horizon, batch by batch."""
+    from tqdm.auto import tqdm
+
+    work = {h: [r.thread_id for r in plan.deletes(h)] for h in HORIZONS}
+    total = sum(len(ids) for ids in work.values())
+    deleted: dict[str, tuple[DeletedThread, ...]] = {}
+    most_rounds = 0
+    with tqdm(
+        total=total, unit="thread", desc="sweep", disable=not progress or total <= batch_size
+    ) as bar:
+        for horizon, ids in work.items():
+            done: list[DeletedThread] = []
+            for start in range(0, len(ids), batch_size):
+                batch = ids[start : start + batch_size]
+                removed, rounds = _delete_until_empty(store, batch)
+                most_rounds = max(most_rounds, rounds)
+                done += [
+                    DeletedThread(t, horizon, removed[t].checkpoints, removed[t].writes)
+                    for t in batch
+                ]
+                bar.update(len(batch))
+            deleted[horizon] = tuple(done)
+    return deleted, most_rounds
+
+
+def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Deleted], int]:
+    """Delete ``batch`` until a round finds each thread empty; a round that removed rows may
+    have raced a writer, so its threads go again (seed 004: up to 100 rounds)."""
+    totals = {t: Deleted() for t in batch}
+    pending = batch
+    for round_no in range(1, MAX_ROUNDS + 1):
+        removed = store.delete_threads(pending)
+        for thread_id, d in removed.items():
+            totals[thread_id] += d
+        pending = [t for t in pending if _removed_any(removed.get(t))]
+        if not pending:
+            return totals, round_no
+    last = removed[pending[0]]
+    raise SweepError(
+        f"the sweep failed: thread {pending[0]!r} still received checkpoints after {MAX_ROUNDS} "
+        f"delete rounds (the last one removed {last.checkpoints} checkpoints and {last.writes} "
+        f"pending writes){_and_more(pending)}; a run keeps writing to it: stop that run, then "
+        "sweep again (threads deleted before it stay deleted)"
+    )
+
+
+def _removed_any(d: Deleted | None) -> bool:
+    return d is not None and (d.checkpoints > 0 or d.writes > 0)
+
+
+def _and_more(pending: list[str]) -> str:
+    return f", and {len(pending) - 1} more threads too" if len(pending) > 1 else ""
+
+
+# ---------------------------------------------------------------------------- policy diff
+
+
+def policy_diff(
+    store: Store, current: Settings, proposed: Settings, now: datetime | None = None
+) -> pd.DataFrame:
+    """Threads whose sweep action differs between two settings, on the same store and ``now``.
+
+    Columns: thread_id, horizon, current_action, proposed_action, checkpoints, size_bytes. A
+    finished thread's due time is fixed at its mark, so a proposed finished retention changes
+    nothing for threads already marked (seed 004): only new marks move.
+    """
+    import pandas as pd
+
+    _inputs(store, current, now)
+    _inputs(store, proposed, now)
+    when = as_utc(now) if now is not None else store.clock()
+    records = store.sweep_records()
+    before = _plan(store, current, when, records, None)
+    after = {r.thread_id: r for r in _plan(store, proposed, when, records, None).rows}
+    changed = [
+        (r, after[r.thread_id])
+        for r in before.rows
+        if r.thread_id in after and after[r.thread_id].action != r.action
+    ]
+    return pd.DataFrame(
+        {
+            "thread_id": pd.Series([a.thread_id for a, _ in changed], dtype="string"),
+            "horizon": pd.Series([a.horizon for a, _ in changed], dtype="string"),
+            "current_action": pd.Series([a.action for a, _ in changed], dtype="string"),
+            "proposed_action": pd.Series([b.action for _, b in changed], dtype="string"),
+            "checkpoints": pd.Series([a.checkpoints for a, _ in changed], dtype="int64"),
+            "size_bytes": pd.Series([a.size_bytes for a, _ in changed], dtype="int64"),
+        }
+    )
+
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_BATCH",
+    "HORIZONS",
+    "LEASE_FILTER",
+    "MAX_ROUNDS",
+    "PARK_FILTER",
+    "PLAN_COLUMNS",
+    "REPLICATION_FILTER",
+    "DeletedThread",
+    "LiveThreadFilter",
+    "PlanRow",
+    "SkippedHorizon",
+    "SparedThread",
+    "SweepPlan",
+    "SweepResult",
+    "plan_sweep",
+    "policy_diff",
+    "register_filter",
+    "registered_filters",
+    "sweep",
+    "unregister_filter",
+]
