@@ -159,7 +159,7 @@ def test_the_declared_waiting_retention_recorded_at_run_start_is_the_threads_hor
         assert {r.action for r in plan.values()} == {"skipped"}
         return
     assert plan["short"].action == "delete"
-    assert "declared waiting retention 2d" in plan["short"].reason
+    assert "declared waiting retention of 2d" in plan["short"].reason
     assert plan["replaced"].action == "not_due"
     assert plan["replaced"].due_at == T0 + 10 * DAY
     assert plan["platform"].due_at == T0 + 30 * DAY
