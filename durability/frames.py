@@ -48,7 +48,6 @@ Column notes:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -66,6 +65,7 @@ from durability.stores.base import (
     Columns,
     Store,
 )
+from durability.sweep import PLAN_COLUMNS, plan_sweep
 
 if TYPE_CHECKING:
     from durability.settings import Settings
@@ -141,6 +141,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "time_left": _SPAN,
         "expired": "bool",
     },
+    "retention": dict(PLAN_COLUMNS),
     "runs": {
         "run_id": "string",
         "thread_id": "string",
@@ -346,13 +347,14 @@ def backlog(
 def retention(
     store: Store, settings: Settings | None = None, now: datetime | None = None
 ) -> pd.DataFrame:
-    """The rows of :func:`durability.sweep.plan_sweep` (one per thread: action, reason, due time).
+    """The rows of :func:`durability.sweep.plan_sweep` (``COLUMNS["retention"]``): one per thread.
 
-    Columns are :class:`durability.sweep.PlanRow`'s fields; nothing is deleted.
+    Each row says what a sweep at ``now`` (default: the store's clock) with ``settings``
+    (default: the store's) would do with the thread — ``delete``, ``spared`` (a live park,
+    lease or unreplicated rows, named in ``owner``), ``not_due`` or ``skipped`` — and why.
+    Nothing is deleted.
     """
-    sweep = importlib.import_module("durability.sweep")
-    frame: pd.DataFrame = sweep.plan_sweep(store, settings, now).to_frame()
-    return frame
+    return plan_sweep(store, settings, now).to_frame()
 
 
 def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:

@@ -310,6 +310,32 @@ def test_parks_frame_time_left_on_an_injected_clock(fleet: Fleet) -> None:
     assert late["expired"].tolist() == [True]
 
 
+# ---------------------------------------------------------------------------- retention
+
+
+def test_retention_frame_is_the_sweep_plan(fleet: Fleet) -> None:
+    """One row per thread with the sweep's action; a finished thread is due at its mark's due time."""
+    threads = frames.threads(fleet.store).set_index("thread_id")
+    due = threads.loc[fleet.completed.thread_id, "due_at"]
+    before = frames.retention(fleet.store, now=due.to_pydatetime() - timedelta(seconds=1))
+    assert_columns(before, "retention")
+    assert sorted(before["thread_id"]) == fleet.threads()
+    row = before.set_index("thread_id").loc[fleet.completed.thread_id]
+    assert (row["horizon"], row["action"], row["due_at"]) == ("finished", "not_due", due)
+    assert row["checkpoints"] == threads.loc[fleet.completed.thread_id, "checkpoints"]
+    after = frames.retention(fleet.store, now=due.to_pydatetime())
+    by_id = after.set_index("thread_id")
+    assert by_id.loc[fleet.completed.thread_id, "action"] == "delete", "the plane has its rows"
+    failed = by_id.loc[fleet.failed.thread_id]
+    assert (failed["action"], failed["due_at"]) == (
+        "not_due",
+        threads.loc[fleet.failed.thread_id, "due_at"],
+    )
+    if fleet.parked is not None:
+        assert by_id.loc[fleet.parked.thread_id, "horizon"] == "waiting"
+    assert fleet.store.thread(fleet.completed.thread_id) is not None, "a plan deletes nothing"
+
+
 # ---------------------------------------------------------------------------- outbox and backlog
 
 

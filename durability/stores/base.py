@@ -1181,54 +1181,6 @@ class Store(ABC):
     def _connections(self) -> list[Connection]:
         return []
 
-    # ---- sweep
-    # What the checkpoint sweep (durability.sweep) needs: every thread read at once, several
-    # threads deleted at once, and which threads the plane lacks rows of. The defaults are
-    # built on the primitives above; the SQL store answers each with a few set-based queries.
-
-    def sweep_records(self) -> list[ThreadRecord]:
-        """Every thread the store knows, with its ledger record and checkpoint totals (any order).
-
-        What the sweep plans from: unlike :meth:`iter_threads` it reads the store in one go.
-        """
-        self.ready()
-        return self._sweep_records()
-
-    def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
-        """Delete several threads as :meth:`delete_thread` does; what each held, by id.
-
-        A thread the store does not hold removes nothing (``Deleted()``). The SQL store deletes
-        in one transaction per call; others thread by thread.
-        """
-        ids = list(dict.fromkeys(thread_ids))
-        for thread_id in ids:
-            self._check_thread(thread_id, "", "delete threads")
-        self.ready()
-        return self._delete_threads(ids) if ids else {}
-
-    def unreplicated(self) -> dict[str, int]:
-        """Per thread, how many of its checkpoints the plane does not have (pending or quarantined).
-
-        Only threads with at least one such row appear; a store without an outbox has none.
-        """
-        if not self.capabilities.replicates:
-            return {}
-        self.ready()
-        return self._unreplicated()
-
-    def _sweep_records(self) -> list[ThreadRecord]:
-        return list(self.iter_threads())
-
-    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
-
-    def _unreplicated(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for state in ("pending", "quarantined"):
-            for entry in self._outbox(state, None, None, None, None):
-                counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
-        return counts
-
     # ---- analysis reads
     # Column reads for durability.frames: scalar fields only, never a payload decoded, in
     # chunks of column lists so a store of millions of checkpoints is never held as objects.
@@ -1350,6 +1302,54 @@ class Store(ABC):
             elif row is not None:
                 found[(thread_id, namespace, checkpoint_id)] = row.decode().node_output
         return found
+
+    # ---- sweep
+    # What the checkpoint sweep (durability.sweep) needs: every thread read at once, several
+    # threads deleted at once, and which threads the plane lacks rows of. The defaults are
+    # built on the primitives above; the SQL store answers each with a few set-based queries.
+
+    def sweep_records(self) -> list[ThreadRecord]:
+        """Every thread the store knows, with its ledger record and checkpoint totals (any order).
+
+        What the sweep plans from: unlike :meth:`iter_threads` it reads the store in one go.
+        """
+        self.ready()
+        return self._sweep_records()
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
+        """Delete several threads as :meth:`delete_thread` does; what each held, by id.
+
+        A thread the store does not hold removes nothing (``Deleted()``). The SQL store deletes
+        in one transaction per call; others thread by thread.
+        """
+        ids = list(dict.fromkeys(thread_ids))
+        for thread_id in ids:
+            self._check_thread(thread_id, "", "delete threads")
+        self.ready()
+        return self._delete_threads(ids) if ids else {}
+
+    def unreplicated(self) -> dict[str, int]:
+        """Per thread, how many of its checkpoints the plane does not have (pending or quarantined).
+
+        Only threads with at least one such row appear; a store without an outbox has none.
+        """
+        if not self.capabilities.replicates:
+            return {}
+        self.ready()
+        return self._unreplicated()
+
+    def _sweep_records(self) -> list[ThreadRecord]:
+        return list(self.iter_threads())
+
+    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
+        return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
+
+    def _unreplicated(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in ("pending", "quarantined"):
+            for entry in self._outbox(state, None, None, None, None):
+                counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
+        return counts
 
 
 def conflict_message(thread_id: str, namespace: str, checkpoint_id: str) -> str:

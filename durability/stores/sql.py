@@ -1378,6 +1378,85 @@ class SQLStore(Store):
                 for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
             ]
 
+    # ---- analysis reads
+
+    def _table_name(self, table: sa.Table) -> str:
+        quote = self._engine.dialect.identifier_preparer.quote
+        schema = self.options.schema
+        return f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+
+    def _stream(
+        self, action: str, sql: str, params: Sequence[Any], chunk_size: int
+    ) -> Iterator[list[Any]]:
+        """Run one SELECT and yield its rows in chunks, never holding the whole result.
+
+        SQLite reads on this thread's own connection with ``fetchmany``; Postgres through a
+        server-side cursor (``stream_results``) inside a read transaction.
+        """
+        if self._local is not None:
+            dbapi_error = self._engine.dialect.loaded_dbapi.Error
+            try:
+                cursor = self._local_connection().execute(sql, tuple(params))
+                while rows := cursor.fetchmany(chunk_size):
+                    yield rows
+            except dbapi_error as exc:
+                wrapped = self._driver_error(exc, None)
+                raise self._translate(action, wrapped) from wrapped
+            return
+        with self._read(action) as conn:
+            result = conn.execution_options(
+                stream_results=True, max_row_buffer=chunk_size
+            ).exec_driver_sql(sql, tuple(params))
+            while batch := result.fetchmany(chunk_size):
+                yield list(batch)
+
+    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+        names = ", ".join(CHECKPOINT_COLUMNS)
+        sql = f"SELECT {names} FROM {self._sql.table}"  # noqa: S608 - quoted identifiers only
+        params: list[Any] = []
+        if thread_id is not None:
+            sql += f" WHERE tkey = {self._sql.mark} AND thread_id = {self._sql.mark}"
+            params = [thread_key(thread_id), thread_id]
+        for rows in self._stream("read checkpoint columns", sql, params, chunk_size):
+            yield columns_of(CHECKPOINT_COLUMNS, rows)
+
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        cps, ledger = self._sql.table, self._table_name(threads)
+        ledger_cols = (
+            "owner, run_id, started_at, finished_at, due_at, declared_waiting, "
+            "declared_finished, lease_holder, lease_expires_at"
+        )
+        # One query: per-thread totals and the longest gap (LAG over the thread's rows in
+        # write order, which the (tkey, seq) index already sorts), the newest row's status,
+        # and the ledger; threads the ledger knows with no checkpoint come after.
+        sql = f"""
+WITH g AS (
+  SELECT tkey, thread_id, seq, created_at, size_bytes,
+         created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
+  FROM {cps}
+), t AS (
+  SELECT tkey, thread_id, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+         min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
+         max(seq) AS newest_seq
+  FROM g GROUP BY tkey, thread_id
+)
+SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, c.status, c.run_id,
+       {", ".join("l." + c.strip() for c in ledger_cols.split(","))}
+FROM t JOIN {cps} c ON c.seq = t.newest_seq
+LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
+UNION ALL
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
+FROM {ledger} l
+WHERE NOT EXISTS (SELECT 1 FROM {cps} c WHERE c.tkey = l.tkey AND c.thread_id = l.thread_id)
+"""  # noqa: S608 - quoted identifiers only, no values
+        for rows in self._stream("read thread columns", sql, [], chunk_size):
+            yield columns_of(THREAD_COLUMNS, rows)
+
+    def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
+        sql = f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM {self._sql.table}"  # noqa: S608
+        for rows in self._stream("read outbox columns", sql, [], chunk_size):
+            yield columns_of(OUTBOX_COLUMNS, rows)
+
     # ---- sweep
 
     #: The ThreadRecord fields a thread without a ledger row leaves empty.
@@ -1519,85 +1598,6 @@ class SQLStore(Store):
                 for thread_id, n in conn.execute(query):
                     counts[thread_id] = counts.get(thread_id, 0) + int(n)
         return counts
-
-    # ---- analysis reads
-
-    def _table_name(self, table: sa.Table) -> str:
-        quote = self._engine.dialect.identifier_preparer.quote
-        schema = self.options.schema
-        return f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
-
-    def _stream(
-        self, action: str, sql: str, params: Sequence[Any], chunk_size: int
-    ) -> Iterator[list[Any]]:
-        """Run one SELECT and yield its rows in chunks, never holding the whole result.
-
-        SQLite reads on this thread's own connection with ``fetchmany``; Postgres through a
-        server-side cursor (``stream_results``) inside a read transaction.
-        """
-        if self._local is not None:
-            dbapi_error = self._engine.dialect.loaded_dbapi.Error
-            try:
-                cursor = self._local_connection().execute(sql, tuple(params))
-                while rows := cursor.fetchmany(chunk_size):
-                    yield rows
-            except dbapi_error as exc:
-                wrapped = self._driver_error(exc, None)
-                raise self._translate(action, wrapped) from wrapped
-            return
-        with self._read(action) as conn:
-            result = conn.execution_options(
-                stream_results=True, max_row_buffer=chunk_size
-            ).exec_driver_sql(sql, tuple(params))
-            while batch := result.fetchmany(chunk_size):
-                yield list(batch)
-
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
-        names = ", ".join(CHECKPOINT_COLUMNS)
-        sql = f"SELECT {names} FROM {self._sql.table}"  # noqa: S608 - quoted identifiers only
-        params: list[Any] = []
-        if thread_id is not None:
-            sql += f" WHERE tkey = {self._sql.mark} AND thread_id = {self._sql.mark}"
-            params = [thread_key(thread_id), thread_id]
-        for rows in self._stream("read checkpoint columns", sql, params, chunk_size):
-            yield columns_of(CHECKPOINT_COLUMNS, rows)
-
-    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
-        cps, ledger = self._sql.table, self._table_name(threads)
-        ledger_cols = (
-            "owner, run_id, started_at, finished_at, due_at, declared_waiting, "
-            "declared_finished, lease_holder, lease_expires_at"
-        )
-        # One query: per-thread totals and the longest gap (LAG over the thread's rows in
-        # write order, which the (tkey, seq) index already sorts), the newest row's status,
-        # and the ledger; threads the ledger knows with no checkpoint come after.
-        sql = f"""
-WITH g AS (
-  SELECT tkey, thread_id, seq, created_at, size_bytes,
-         created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
-  FROM {cps}
-), t AS (
-  SELECT tkey, thread_id, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
-         min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
-         max(seq) AS newest_seq
-  FROM g GROUP BY tkey, thread_id
-)
-SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, c.status, c.run_id,
-       {", ".join("l." + c.strip() for c in ledger_cols.split(","))}
-FROM t JOIN {cps} c ON c.seq = t.newest_seq
-LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
-UNION ALL
-SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
-FROM {ledger} l
-WHERE NOT EXISTS (SELECT 1 FROM {cps} c WHERE c.tkey = l.tkey AND c.thread_id = l.thread_id)
-"""  # noqa: S608 - quoted identifiers only, no values
-        for rows in self._stream("read thread columns", sql, [], chunk_size):
-            yield columns_of(THREAD_COLUMNS, rows)
-
-    def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
-        sql = f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM {self._sql.table}"  # noqa: S608
-        for rows in self._stream("read outbox columns", sql, [], chunk_size):
-            yield columns_of(OUTBOX_COLUMNS, rows)
 
 
 # ---------------------------------------------------------------------------- row mapping
