@@ -193,9 +193,12 @@ def test_restore_panel_plans_restores_then_resumes(
 ) -> None:
     """Plan (nothing written), Restore (the thread and its park land), Resume with a value."""
     panel = RestorePanel(fresh, link(fresh, plane), runner=runner_defs.approval)
+    assert css(panel.restore_button) == ["durability-restore-restore"]
     assert panel.restore_button.disabled
-    panel.thread_id.value = parked_on_plane
-    panel.plan_button.click()
+    panel.thread_id.value = parked_on_plane  # a thread id is planned at once
+    assert panel.plan_frame["node_id"].tolist() == ["__start__", "draft", "approve"]
+    assert not panel.restore_button.disabled
+    panel.plan_button.click()  # planning again changes nothing
     assert panel.plan_frame["node_id"].tolist() == ["__start__", "draft", "approve"]
     assert not fresh.has_thread(parked_on_plane), "a plan is a dry run"
     assert not panel.restore_button.disabled
