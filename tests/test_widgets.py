@@ -243,3 +243,21 @@ def test_restore_panel_shows_refusals_and_writes_nothing(fresh: Store, plane: Pl
     assert "RestoreError" in offline.status.value
     assert "not connected" in offline.status.value
     assert offline.plan is None
+
+
+def test_views_over_an_empty_store_say_so(tmp_path: Path) -> None:
+    """Every view opens on a store holding nothing: no rows, "no data" charts, no failure."""
+    with sqlite_store(tmp_path / "empty.db", FrozenClock(DEMO_START)) as store:
+        explorer = StoreExplorer(store)
+        assert explorer.thread.options == ()
+        assert "holds no thread" in explorer.summary.value
+        planner = RetentionPlanner(store)
+        assert planner.deletes.empty
+        assert "would delete <b>0</b> of 0 threads" in planner.summary.value
+        planner.waiting.value = 1
+        assert planner.deletes.empty
+        monitor = OutboxMonitor(store)
+        assert monitor.quarantined_frame.empty
+        assert monitor.release_button.disabled
+        assert monitor.figure is not None
+        assert "no data" in [t.get_text() for ax in monitor.figure.axes for t in ax.texts]
