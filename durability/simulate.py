@@ -223,7 +223,7 @@ def _td_int(value: timedelta) -> int:
 # ---------------------------------------------------------------------------- daily
 
 
-THREAD_COLUMNS = (
+_THREAD_COLUMNS = (
     "size_bytes",
     "newest_at",
     "finished_at",
@@ -247,7 +247,7 @@ class _Threads:
 
     @classmethod
     def of(cls, threads: pd.DataFrame) -> _Threads:
-        _require(threads, THREAD_COLUMNS, "threads")
+        _require(threads, _THREAD_COLUMNS, "threads")
         park = np.where(_bools(threads["parked"]), _ns(threads["park_deadline"]), _NAT)
         lease = _ns(threads["lease_expires_at"])
         return cls(

@@ -214,6 +214,7 @@ class RetentionPlanner:
         start = (now or store.clock()).astimezone(UTC)
         self._time_of_day = start.timetz()
         self.threads_frame = frames.threads(store, start)
+        self._threads_at = start
         waiting, finished = _days(self.current.waiting), _days(self.current.finished)
         self.waiting = w.IntSlider(
             value=waiting,
@@ -277,6 +278,8 @@ class RetentionPlanner:
     def update(self) -> None:
         """Recompute the plan, the summary, the simulation and the chart for the controls."""
         policy, when = self.policy, self.when
+        if when != self._threads_at:  # which parks and leases are live depends on "now"
+            self.threads_frame, self._threads_at = frames.threads(self.store, when), when
         self.plan = plan_sweep(self.store, policy.settings(self.settings), when)
         self.frame = self.plan.to_frame()
         self.deletes = self.frame[self.frame["action"] == "delete"].reset_index(drop=True)
