@@ -131,7 +131,7 @@ def test_idle_gaps_draws_the_horizon_where_asked(threads: object) -> None:
     assert ax.get_xlabel() == "longest gap between consecutive checkpoints (days)"
     assert ax.get_ylabel() == "threads"
     assert vertical_lines_at(fig) == [2.0]
-    assert ax.get_title() == "11 of 20 threads idle longer than the waiting horizon"
+    assert ax.get_title() == "11 of 20 threads idle longer than their waiting horizon"
     longer = plots.idle_gaps(threads, "4d")
     assert vertical_lines_at(longer) == [4.0]
     assert longer.axes[0].get_title().startswith("3 of 20")
