@@ -594,19 +594,22 @@ def _health_rows(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _collect(chunks: Iterable[Columns], names: Sequence[str]) -> Columns:
-    """Concatenate the store's column chunks."""
-    found: Columns = {name: [] for name in names}
+    """Concatenate the store's column chunks (numpy object arrays) into one array per column."""
+    parts: dict[str, list[Any]] = {name: [] for name in names}
     for chunk in chunks:
         for name in names:
-            found[name].extend(chunk[name])
-    return found
+            parts[name].append(chunk[name])
+    return {
+        name: np.concatenate(found) if found else np.empty(0, dtype=object)
+        for name, found in parts.items()
+    }
 
 
 def _outbox_cols(store: Store) -> Columns:
     try:
         return _collect(store.outbox_columns(), OUTBOX_COLUMNS)
     except CapabilityError:  # a store without an outbox does not replicate: nothing is pending
-        return {name: [] for name in OUTBOX_COLUMNS}
+        return {name: np.empty(0, dtype=object) for name in OUTBOX_COLUMNS}
 
 
 def _keeps_outbox(store: Store) -> bool:
@@ -650,9 +653,10 @@ def _categories(values: Sequence[str | None]) -> pd.Categorical:
 
 def _ns(values: Sequence[int | None]) -> np.ndarray[Any, Any]:
     """Microseconds (``None`` allowed) as int64 nanoseconds, ``None`` as NaT's integer."""
-    ints = pd.array(values, dtype="Int64")
-    ns = ints.to_numpy(dtype="int64", na_value=0) * 1000
-    ns[ints.isna()] = _NAT
+    raw = np.asarray(values, dtype=object)
+    missing = pd.isna(raw)
+    ns = np.where(missing, 0, raw).astype(np.int64) * 1000
+    ns[missing] = _NAT
     return ns
 
 

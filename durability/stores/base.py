@@ -58,8 +58,9 @@ RowKey = tuple[str, int]
 #: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
 WriteListener = Callable[["Store"], None]
 
-#: A chunk of an analysis read: column name -> that column's values (see ``checkpoint_columns``).
-Columns = dict[str, list[Any]]
+#: A chunk of an analysis read: column name -> that column's values, a numpy object array
+#: (see ``checkpoint_columns``).
+Columns = dict[str, Any]
 
 #: The columns of :meth:`Store.checkpoint_columns` (times in microseconds since the epoch).
 CHECKPOINT_COLUMNS = (
@@ -1439,10 +1440,17 @@ def _check_chunk(chunk_size: int, action: str) -> None:
 
 
 def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> Columns:
-    """Rows (tuples in ``names`` order) turned into columns."""
-    if not rows:
-        return {name: [] for name in names}
-    return {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)}
+    """Rows (tuples in ``names`` order) turned into columns: one numpy object array each.
+
+    One 2-D object array is built in C and sliced, which is several times faster than
+    transposing the tuples in Python (numpy is imported here, never by ``import durability``).
+    """
+    import numpy as np
+
+    table = np.empty((len(rows), len(names)), dtype=object)
+    if rows:
+        table[:] = rows
+    return {name: table[:, i] for i, name in enumerate(names)}
 
 
 def column_chunks(
