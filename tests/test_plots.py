@@ -213,7 +213,7 @@ def test_every_chart_draws_a_real_store(tmp_path: Path) -> None:
     with durability.open(
         f"sqlite:///{tmp_path / 'demo.db'}", settings=Settings(), single_worker=True, clock=clock
     ) as store:
-        build_demo(store, clock, runs=8)
+        build_demo(store, clock, days=12)
         now = DEMO_START + timedelta(days=10)
         threads = frames.threads(store, now)
         runs = frames.runs(store)

@@ -299,7 +299,7 @@ def test_the_current_policy_deletes_what_plan_sweep_deletes_on_a_real_store(
     with durability.open(
         f"sqlite:///{tmp_path / 'demo.db'}", settings=settings, single_worker=True, clock=clock
     ) as store:
-        build_demo(store, clock, runs=8)
+        build_demo(store, clock, days=12)
         now = DEMO_START + after
         plan = plan_sweep(store, settings, now)
         first = daily(frames.threads(store, now), settings, now, 1).iloc[0]

@@ -42,7 +42,7 @@ def demo_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("widgets") / "demo.db"
     clock = FrozenClock(DEMO_START)
     with sqlite_store(path, clock) as store:
-        build_demo(store, clock, runs=8)
+        build_demo(store, clock, days=12)
     return path
 
 
