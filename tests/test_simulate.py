@@ -154,7 +154,7 @@ def test_the_simulation_agrees_with_the_settings_rules_thread_by_thread() -> Non
     start, days = T0, 60
     expected = np.zeros(days, dtype=int)
     for row in rows:
-        declared = policy.cap(Retention(row["declared_waiting"], row["declared_finished"]))
+        declared = Retention(row["declared_waiting"], row["declared_finished"])
         if row["finished_at"] is not None:
             due = row["finished_at"] + finished_horizon(settings, declared)
         else:
