@@ -870,3 +870,29 @@ def test_the_cli_previews_with_dry_run_and_sweeps_with_json(tmp_path: Any) -> No
     assert bad.exit_code == 2
     assert "ISO 8601" in bad.output
     assert "Admin only" in runner.invoke(cli, ["sweep", "--help"]).output
+
+
+def test_a_mark_in_the_deployment_ledger_for_a_thread_on_a_per_run_store_deletes_only_the_mark(
+    target: StoreTarget, clock: FrozenClock, tmp_path: Any
+) -> None:
+    """Seed 004 "What a per-run provider means": the sweep's delete finds nothing there; the run's store keeps its rows."""
+    from durability.stores import open_store
+
+    with (
+        open_store(
+            f"sqlite:///{tmp_path / 'deployment.db'}", clock=clock, settings=SETTINGS
+        ) as deployment,
+        target.open(clock=clock, settings=SETTINGS) as per_run,
+    ):
+        per_run.put(Checkpoint(thread_id="flow-9/agent", state={"n": 1}))
+        deployment.record_run_start("flow-9/agent", run_id="flow-9", owner="flow:f")
+        deployment.mark_finished("flow-9/agent")
+        clock.advance(8 * DAY)
+        plan = plan_sweep(deployment)
+        assert [(r.thread_id, r.action, r.checkpoints) for r in plan.rows] == [
+            ("flow-9/agent", "delete", 0)
+        ]
+        result = sweep(deployment)
+        assert result.deleted["finished"][0].checkpoints == 0
+        assert deployment.thread("flow-9/agent") is None
+        assert per_run.has_thread("flow-9/agent"), "it leaves on its own store's waiting horizon"
