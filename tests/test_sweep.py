@@ -896,3 +896,20 @@ def test_a_mark_in_the_deployment_ledger_for_a_thread_on_a_per_run_store_deletes
         assert result.deleted["finished"][0].checkpoints == 0
         assert deployment.thread("flow-9/agent") is None
         assert per_run.has_thread("flow-9/agent"), "it leaves on its own store's waiting horizon"
+
+
+def test_a_declared_waiting_value_above_a_since_lowered_platform_value_is_capped(
+    target: StoreTarget, clock: FrozenClock
+) -> None:
+    """The platform's value is every thread's ceiling: a 20d declaration under a lowered 10d platform goes at 10d."""
+    with target.open(clock=clock, settings=SETTINGS) as store:
+        started(store, "declared-long", waiting="20d")
+        lowered = SETTINGS.update(waiting_retention="10d", finished_retention="7d")
+        clock.advance(10 * DAY)
+        row = plan_sweep(store, lowered).rows[0]
+        if not sweeps_waiting(store):
+            assert row.action == "skipped"
+            return
+        assert (row.action, row.due_at) == ("delete", T0 + 10 * DAY)
+        assert "platform waiting retention of 10d" in row.reason
+        assert row.declared_waiting == 20 * DAY
