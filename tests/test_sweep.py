@@ -913,3 +913,20 @@ def test_a_declared_waiting_value_above_a_since_lowered_platform_value_is_capped
         assert (row.action, row.due_at) == ("delete", T0 + 10 * DAY)
         assert "platform waiting retention of 10d" in row.reason
         assert row.declared_waiting == 20 * DAY
+
+
+def test_a_sweep_survives_the_server_dropping_its_connections(
+    target: StoreTarget, store: Store, clock: FrozenClock
+) -> None:
+    """Postgres and Redis: connections killed between sweeps are replaced; the read and the delete run again."""
+    if target.kill_connections is None:
+        pytest.skip(f"the {store.provider} store has no server connection to lose")
+    finished(store, "due", checkpoints=2)
+    clock.advance(8 * DAY)
+    assert plan_sweep(store).deletes()[0].thread_id == "due"
+    assert target.kill_connections() > 0
+    assert plan_sweep(store).deletes()[0].thread_id == "due"
+    target.kill_connections()
+    result = sweep(store)
+    assert result.deleted_ids() == ["due"]
+    assert result.checkpoints() == 2
