@@ -173,7 +173,9 @@ _NAT = np.iinfo(np.int64).min
 def checkpoints(
     store: Store, *, thread_id: str | None = None, decode_state: bool = False
 ) -> pd.DataFrame:
-    """One row per checkpoint (``COLUMNS["checkpoints"]``), threads in id order, each in write order.
+    """One row per checkpoint (``COLUMNS["checkpoints"]``), in write order (``seq``).
+
+    On Redis, whose ``seq`` counts per thread, rows of equal ``seq`` are in thread id order.
 
     Args:
         store: Any open store.
@@ -181,7 +183,8 @@ def checkpoints(
         decode_state: Add a ``state`` column (object) with each checkpoint's decoded state;
             the only frame option that decodes a payload (it reads every thread's history).
     """
-    cols = _collect(store.checkpoint_columns(thread_id), CHECKPOINT_COLUMNS)
+    names = CHECKPOINT_COLUMNS[:-1]  # all but runner
+    cols = _collect(store.checkpoint_columns(thread_id, columns=names), names)
     frame = pd.DataFrame(
         {
             "thread_id": _strings(cols["thread_id"]),
@@ -197,9 +200,10 @@ def checkpoints(
             "size_bytes": _ints(cols["size_bytes"]),
             "synced": _booleans(cols["synced"]),
             "sync_error": _strings(cols["sync_error"]),
-        }
+        },
+        copy=False,
     )
-    frame = _in_order(frame, ["thread_id", "seq"])
+    frame = _in_write_order(frame)
     if decode_state:
         frame["state"] = _states(store, frame)
     return frame
@@ -390,7 +394,9 @@ def runs(store: Store) -> pd.DataFrame:
     Read from the checkpoints' scalar fields plus, for failed run ends only, their recorded
     error; parks and live leases (at the store's clock) tell parked and running runs apart.
     """
-    cols = _collect(store.checkpoint_columns(), CHECKPOINT_COLUMNS)
+    names: tuple[str, ...] = ("thread_id", "namespace", "run_id", "checkpoint_id", "seq")
+    names += ("step_type", "status", "created_at", "runner")
+    cols = _collect(store.checkpoint_columns(columns=names), names)
     now_us = _micros_of(store.clock())
     leases = {}
     for chunk in store.thread_columns():
@@ -402,8 +408,8 @@ def runs(store: Store) -> pd.DataFrame:
     lease_runs = _lease_runs(store, leases)
     parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in store.parks()}
     rows = [
-        dict(zip(CHECKPOINT_COLUMNS, values, strict=True))
-        for values in zip(*(cols[n] for n in CHECKPOINT_COLUMNS), strict=True)
+        dict(zip(names, values, strict=True))
+        for values in zip(*(cols[n].tolist() for n in names), strict=True)
     ]
     failed = [
         (r["thread_id"], r["namespace"], r["checkpoint_id"])
@@ -599,10 +605,13 @@ def _collect(chunks: Iterable[Columns], names: Sequence[str]) -> Columns:
     for chunk in chunks:
         for name in names:
             parts[name].append(chunk[name])
-    return {
-        name: np.concatenate(found) if found else np.empty(0, dtype=object)
-        for name, found in parts.items()
-    }
+    return {name: _joined(found) for name, found in parts.items()}
+
+
+def _joined(parts: list[Any]) -> Any:
+    if not parts:
+        return np.empty(0, dtype=object)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _outbox_cols(store: Store) -> Columns:
@@ -644,7 +653,10 @@ def _ints(values: Sequence[int]) -> np.ndarray[Any, Any]:
 
 
 def _nullable_ints(values: Sequence[int | None]) -> Any:
-    return pd.array(values, dtype="Int64")
+    raw = np.asarray(values, dtype=object)
+    missing = pd.isna(raw)
+    ints = np.where(missing, 0, raw).astype(np.int64) if missing.any() else raw.astype(np.int64)
+    return pd.arrays.IntegerArray(ints, missing)
 
 
 def _categories(values: Sequence[str | None]) -> pd.Categorical:
@@ -654,6 +666,10 @@ def _categories(values: Sequence[str | None]) -> pd.Categorical:
 def _ns(values: Sequence[int | None]) -> np.ndarray[Any, Any]:
     """Microseconds (``None`` allowed) as int64 nanoseconds, ``None`` as NaT's integer."""
     raw = np.asarray(values, dtype=object)
+    try:  # the common case, nothing missing: one cast
+        return raw.astype(np.int64) * 1000
+    except TypeError:
+        pass
     missing = pd.isna(raw)
     ns = np.where(missing, 0, raw).astype(np.int64) * 1000
     ns[missing] = _NAT
@@ -668,6 +684,18 @@ def _times(values: Sequence[int | None]) -> Any:
 
 def _spans(values: Sequence[int | None]) -> Any:
     return pd.array(cast(Any, _ns(values).view("m8[ns]")), dtype=_SPAN)
+
+
+def _in_write_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by ``seq``, ties (Redis counts ``seq`` per thread) by thread id.
+
+    SQL and memory stores already answer in ``seq`` order, which is checked, not sorted again.
+    """
+    seq = frame["seq"].to_numpy(dtype="int64", na_value=0)
+    if len(seq) < 2 or bool((seq[1:] > seq[:-1]).all()):
+        return frame.reset_index(drop=True)
+    codes, _ = pd.factorize(frame["thread_id"], sort=True)
+    return frame.take(np.lexsort((codes, seq))).reset_index(drop=True)
 
 
 def _in_order(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:

@@ -143,8 +143,10 @@ def test_checkpoints_frame_is_every_checkpoint_as_written(fleet: Fleet) -> None:
             "size_bytes": [c.size_bytes for c in rows],
         }
     )
-    got = frame[list(expected.columns)].astype(object)
+    key = ["thread_id", "seq"]
+    got = frame[list(expected.columns)].sort_values(key, ignore_index=True).astype(object)
     assert got.to_dict("records") == expected.astype(object).to_dict("records")
+    assert frame["seq"].is_monotonic_increasing, "write order"
     synced = frame.set_index(["thread_id", "seq"])
     for cp in rows:
         row = synced.loc[(cp.thread_id, cp.seq)]
