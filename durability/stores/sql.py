@@ -76,6 +76,9 @@ from durability.stores.base import (
     redact_url,
 )
 
+#: Postgres ``work_mem`` of an analysis read's transaction (its sorts and hashes stay in memory).
+ANALYSIS_WORK_MEM = "64MB"
+
 _Primitive = TypeVar("_Primitive", bound=Callable[..., Any])
 _T = TypeVar("_T")
 
@@ -1378,11 +1381,14 @@ class SQLStore(Store):
                 raise self._translate(action, wrapped) from wrapped
             return
         with self._read(action) as conn:
-            result = conn.execution_options(
-                stream_results=True, max_row_buffer=chunk_size
-            ).exec_driver_sql(sql, tuple(params))
+            # Room to sort and hash a large store in memory, for this transaction only.
+            conn.exec_driver_sql(f"SET LOCAL work_mem = '{ANALYSIS_WORK_MEM}'")
+            result = conn.execution_options(yield_per=chunk_size).exec_driver_sql(
+                sql, tuple(params)
+            )
             while batch := result.fetchmany(chunk_size):
-                yield list(batch)
+                # Plain tuples: numpy probes each SQLAlchemy Row for array interfaces.
+                yield [tuple(row) for row in batch]
 
     def _checkpoint_columns(
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
@@ -1423,9 +1429,9 @@ SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, c.status, c
 FROM t JOIN {cps} c ON c.seq = t.newest_seq
 LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
 UNION ALL
-SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
-FROM {ledger} l
-WHERE NOT EXISTS (SELECT 1 FROM {cps} c WHERE c.tkey = l.tkey AND c.thread_id = l.thread_id)
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {", ".join("l." + c.strip() for c in ledger_cols.split(","))}
+FROM {ledger} l LEFT JOIN t ON t.tkey = l.tkey AND t.thread_id = l.thread_id
+WHERE t.tkey IS NULL
 """  # noqa: S608 - quoted identifiers only, no values
         for rows in self._stream("read thread columns", sql, [], chunk_size):
             yield columns_of(THREAD_COLUMNS, rows)
