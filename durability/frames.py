@@ -398,14 +398,13 @@ def runs(store: Store) -> pd.DataFrame:
     names += ("step_type", "status", "created_at", "runner")
     cols = _collect(store.checkpoint_columns(columns=names), names)
     now_us = _micros_of(store.clock())
-    leases = {}
-    for chunk in store.thread_columns():
-        for thread_id, run_id, expires in zip(
-            chunk["thread_id"], chunk["run_id"], chunk["lease_expires_at"], strict=True
-        ):
-            if expires is not None and expires > now_us:
-                leases[thread_id] = run_id
-    lease_runs = _lease_runs(store, leases)
+    leased = [
+        thread_id
+        for chunk in store.thread_columns()
+        for thread_id, expires in zip(chunk["thread_id"], chunk["lease_expires_at"], strict=True)
+        if expires is not None and expires > now_us
+    ]
+    lease_runs = _lease_runs(store, leased)
     parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in store.parks()}
     rows = [
         dict(zip(names, values, strict=True))
@@ -467,10 +466,10 @@ def plane_runs(connection: Any) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- runs
 
 
-def _lease_runs(store: Store, leases: dict[str, str | None]) -> dict[str, str]:
-    """Thread -> the run id its live lease was taken for."""
+def _lease_runs(store: Store, leased: list[str]) -> dict[str, str]:
+    """Thread -> the run id its live lease was taken for (a few threads: one read each)."""
     found = {}
-    for thread_id in leases:
+    for thread_id in leased:
         record = store.thread(thread_id)
         if record is not None and record.lease is not None:
             found[thread_id] = record.lease.run_id

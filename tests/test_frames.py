@@ -587,3 +587,15 @@ def test_plane_runs_read_the_same_run_health_from_the_plane(tmp_path: Any, plane
             )
         finally:
             disconnect(store, timeout=5)
+
+
+def test_an_unknown_column_is_refused_by_name() -> None:
+    """Asking a store for a column it does not read names the column and the known ones."""
+    import durability
+    from durability.errors import InvalidIdError
+
+    with (
+        durability.open("memory://") as store,
+        pytest.raises(InvalidIdError, match=r"\['state'\] are not among"),
+    ):
+        store.checkpoint_columns(columns=["thread_id", "state"])
