@@ -1403,38 +1403,72 @@ class SQLStore(Store):
             yield columns_of(columns, rows)
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
-        cps, ledger = self._sql.table, self._table_name(threads)
-        ledger_cols = (
-            "owner, run_id, started_at, finished_at, due_at, declared_waiting, "
-            "declared_finished, lease_holder, lease_expires_at"
+        ledger_cols = ", ".join(
+            "l." + name
+            for name in (
+                "owner",
+                "run_id",
+                "started_at",
+                "finished_at",
+                "due_at",
+                "declared_waiting",
+                "declared_finished",
+                "lease_holder",
+                "lease_expires_at",
+            )
         )
-        # One query: per-thread totals and the longest gap (LAG over the thread's rows in
-        # write order), the newest row's status, and the ledger; threads the ledger knows
-        # with no checkpoint come after. SQLite is told to scan the table and sort: walking
-        # the (tkey, seq) index visits the rows in random page order, about 30 % slower.
-        scan = " NOT INDEXED" if self.provider == "sqlite" else ""
         sql = f"""
-WITH g AS (
-  SELECT tkey, thread_id, seq, created_at, size_bytes,
-         created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
-  FROM {cps}{scan}
-), t AS (
-  SELECT tkey, thread_id, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
-         min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
-         max(seq) AS newest_seq
-  FROM g GROUP BY tkey, thread_id
-)
-SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, c.status, c.run_id,
-       {", ".join("l." + c.strip() for c in ledger_cols.split(","))}
-FROM t JOIN {cps} c ON c.seq = t.newest_seq
-LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
+WITH t AS ({self._thread_totals()})
+SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, t.status, t.run_id,
+       {ledger_cols}
+FROM t LEFT JOIN {self._table_name(threads)} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
 UNION ALL
-SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {", ".join("l." + c.strip() for c in ledger_cols.split(","))}
-FROM {ledger} l LEFT JOIN t ON t.tkey = l.tkey AND t.thread_id = l.thread_id
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
+FROM {self._table_name(threads)} l LEFT JOIN t ON t.tkey = l.tkey AND t.thread_id = l.thread_id
 WHERE t.tkey IS NULL
 """  # noqa: S608 - quoted identifiers only, no values
         for rows in self._stream("read thread columns", sql, [], chunk_size):
             yield columns_of(THREAD_COLUMNS, rows)
+
+    def _thread_totals(self) -> str:
+        """Per thread: count, bytes, first and newest time, longest gap, the newest row's status.
+
+        One pass of ``LAG`` over each thread's rows in write order gives the gaps. The newest
+        row's status and run come from the same window on Postgres (``LEAD`` is null on the
+        last row; measured ~12 % faster than a join), and by primary key on SQLite, whose
+        window functions cost more than the join; SQLite also scans the table ``NOT INDEXED``
+        and sorts (walking the ``(tkey, seq)`` index reads rows in random page order, ~30 %
+        slower).
+        """
+        cps = self._sql.table
+        if self.provider == "postgres":
+            return f"""
+  SELECT tkey, thread_id, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+         min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
+         max(last_status) AS status, max(last_run) AS run_id
+  FROM (
+    SELECT tkey, thread_id, created_at, size_bytes,
+           created_at - LAG(created_at) OVER w AS gap,
+           CASE WHEN LEAD(seq) OVER w IS NULL THEN status END AS last_status,
+           CASE WHEN LEAD(seq) OVER w IS NULL THEN run_id END AS last_run
+    FROM {cps}
+    WINDOW w AS (PARTITION BY tkey ORDER BY seq)
+  ) AS g
+  GROUP BY tkey, thread_id"""  # noqa: S608
+        return f"""
+  SELECT g.tkey, g.thread_id, g.n, g.size, g.first_at, g.newest_at, g.max_gap,
+         c.status, c.run_id
+  FROM (
+    SELECT tkey, thread_id, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+           min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
+           max(seq) AS newest_seq
+    FROM (
+      SELECT tkey, thread_id, seq, created_at, size_bytes,
+             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
+      FROM {cps} NOT INDEXED
+    ) AS w
+    GROUP BY tkey, thread_id
+  ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
 
     def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
         sql = f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM {self._sql.table}"  # noqa: S608
