@@ -308,11 +308,59 @@ def _migration_one_outbox_index(conn: SAConnection) -> None:
     conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
 
 
+_SWEEP_INDEX = sa.Index(
+    "ix_durability_checkpoints_thread_totals",
+    checkpoints.c.tkey,
+    checkpoints.c.seq,
+    checkpoints.c.created_at,
+    checkpoints.c.size_bytes,
+)
+
+
+def _migration_sweep_index(conn: SAConnection) -> None:
+    """Version 4: the thread index carries ``created_at`` and ``size_bytes`` too, replacing ``(tkey, seq)``.
+
+    The sweep's per-thread totals (one ``GROUP BY tkey``: count, bytes, newest write) then read
+    the index alone instead of every row's page, which took a 100,000-thread SQLite store from
+    2.2 s to under 0.5 s; its ``(tkey, seq)`` prefix still serves every thread read, so a put
+    maintains no extra index.
+    """
+    conn.execute(sa.schema.CreateIndex(_SWEEP_INDEX, if_not_exists=True))
+    schema = _schema_of(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    old = "ix_durability_checkpoints_thread"
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {quote(schema) + '.' + old if schema else old}")
+
+
+_BY_ID_INDEX = sa.Index(
+    "ix_durability_checkpoints_by_id",
+    checkpoints.c.tkey,
+    checkpoints.c.namespace,
+    checkpoints.c.checkpoint_id,
+)
+
+
+def _migration_by_id_index(conn: SAConnection) -> None:
+    """Version 5 (SQLite): a thread's checkpoints ordered by id, for LangGraph's "latest".
+
+    LangGraph's latest is the greatest ``checkpoint_id`` in a thread and namespace; without
+    this index every read of it sorted all of the thread's rows, payload pages included, so it
+    grew with the thread (a LangGraph ``get_tuple``: ~290 µs → ~90 µs on a 20-checkpoint
+    thread, and no longer linear in its length). A put maintains one more index (~10 %).
+    Postgres keeps the sort: its btree entries are capped near 2.7 KB and a 10 KB id must
+    still be stored, and its by-id reads already meet their target.
+    """
+    if conn.dialect.name == "sqlite":
+        conn.execute(sa.schema.CreateIndex(_BY_ID_INDEX, if_not_exists=True))
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
     ("outbox columns", _migration_outbox),
     ("one outbox index", _migration_one_outbox_index),
+    ("thread totals index", _migration_sweep_index),
+    ("checkpoints by id index", _migration_by_id_index),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -1477,32 +1525,113 @@ WHERE t.tkey IS NULL
 
     # ---- sweep
 
+    #: The ThreadRecord fields a thread without a ledger row leaves empty.
+    _SWEEP_LEDGER_FIELDS = (
+        "owner",
+        "run_id",
+        "started_at",
+        "declared_waiting",
+        "declared_finished",
+        "finished_at",
+        "due_at",
+        "lease",
+    )
+
     @_reconnecting
     def _sweep_records(self) -> list[ThreadRecord]:
-        # One GROUP BY over the checkpoints (by thread key: the 128-bit hash stands for the id,
-        # which is read from each thread's newest row) and one read of the whole ledger, in
-        # one snapshot: per-thread queries cost a round trip each.
-        c = checkpoints.c
-        totals = (
-            sa.select(
-                c.tkey,
-                sa.func.count().label("n"),
-                sa.func.sum(c.size_bytes).label("size"),
-                sa.func.max(c.created_at).label("newest_at"),
-                sa.func.max(c.seq).label("newest_seq"),
-            )
-            .group_by(c.tkey)
-            .subquery("totals")
+        # Two statements in one snapshot, on the DBAPI cursor (SQLAlchemy's row layer cost more
+        # than the queries): per-thread totals from one GROUP BY over the thread index (by
+        # thread key, the 128-bit hash standing for the id), and the whole ledger. A thread
+        # with checkpoints but no ledger row takes its id from its newest row.
+        table = self._sweep_table
+        totals_sql = (
+            "SELECT tkey, count(*), sum(size_bytes), max(created_at), max(seq) "  # noqa: S608
+            f"FROM {table(checkpoints)} GROUP BY tkey"
         )
-        named = sa.select(totals, c.thread_id).join(checkpoints, c.seq == totals.c.newest_seq)
+        ledger_columns = ", ".join(c.name for c in threads.c)
         with self._read("read the threads for the sweep") as conn:
-            found = {(r.tkey, r.thread_id): r for r in conn.execute(named)}
-            ledger = {(r.tkey, r.thread_id): r for r in conn.execute(sa.select(threads))}
-        return [
-            _record(thread_id, found.get((k, thread_id)), ledger.get((k, thread_id)))
-            for k, thread_id in found.keys() | ledger.keys()
+            cursor = conn.connection.cursor()
+            cursor.execute(totals_sql)
+            totals = {row[0]: row for row in cursor.fetchall()}
+            cursor.execute(f"SELECT {ledger_columns} FROM {table(threads)}")  # noqa: S608
+            ledger = {row[0]: row for row in cursor.fetchall()}
+            unnamed = [row[4] for key, row in totals.items() if key not in ledger]
+            names = self._sweep_names(cursor, unnamed)
+            cursor.close()
+        records = [self._sweep_record(row, totals.get(key)) for key, row in ledger.items()]
+        records += [
+            self._sweep_record(None, row, names[row[4]])
+            for key, row in totals.items()
+            if key not in ledger
         ]
+        return records
 
+    def _sweep_table(self, table: sa.Table) -> str:
+        quote = self._engine.dialect.identifier_preparer.quote
+        schema = self.options.schema
+        return f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
+
+    def _sweep_names(self, cursor: Any, seqs: list[int]) -> dict[int, str]:
+        """The thread id of each of these checkpoint rows (by ``seq``)."""
+        names: dict[int, str] = {}
+        mark = self._sql.mark
+        for chunk in _chunks(seqs):
+            cursor.execute(
+                f"SELECT seq, thread_id FROM {self._sweep_table(checkpoints)} "  # noqa: S608
+                f"WHERE seq IN ({', '.join([mark] * len(chunk))})",
+                chunk,
+            )
+            names.update(cursor.fetchall())
+        return names
+
+    @staticmethod
+    def _sweep_record(
+        ledger: Sequence[Any] | None, totals: Sequence[Any] | None, name: str = ""
+    ) -> ThreadRecord:
+        """A :class:`ThreadRecord` from a raw ledger row (``threads`` columns in order) and totals row.
+
+        Built without ``ThreadRecord.__post_init__``: it converts each time to UTC, and these
+        come from :func:`from_micros`, aware UTC already; the conversion was most of the time a
+        100,000-thread plan spent building records.
+        """
+        n, size, newest_at, newest_seq = totals[1:5] if totals is not None else (0, 0, None, None)
+        record = object.__new__(ThreadRecord)
+        put = object.__setattr__
+        put(record, "checkpoints", int(n))
+        put(record, "size_bytes", int(size or 0))
+        put(record, "newest_at", None if newest_at is None else from_micros(newest_at))
+        put(record, "newest_seq", newest_seq)
+        if ledger is None:
+            for field in SQLStore._SWEEP_LEDGER_FIELDS:
+                put(record, field, None)
+            put(record, "thread_id", name)
+            return record
+        (_k, thread_id, owner, run_id, started, waiting, finished, finished_at, due, holder) = (
+            ledger[:10]
+        )
+        put(record, "thread_id", thread_id)
+        put(record, "owner", owner)
+        put(record, "run_id", run_id)
+        put(record, "started_at", None if started is None else from_micros(started))
+        put(record, "declared_waiting", _delta(waiting))
+        put(record, "declared_finished", _delta(finished))
+        put(record, "finished_at", None if finished_at is None else from_micros(finished_at))
+        put(record, "due_at", None if due is None else from_micros(due))
+        put(record, "lease", None if holder is None else SQLStore._sweep_lease(ledger))
+        return record
+
+    @staticmethod
+    def _sweep_lease(ledger: Sequence[Any]) -> Lease:
+        thread_id, (holder, run_id, acquired, expires) = ledger[1], ledger[9:13]
+        return Lease(
+            thread_id=thread_id,
+            holder=holder,
+            run_id=run_id or "",
+            acquired_at=_time(acquired),
+            expires_at=from_micros(expires),
+        )
+
+    @_reconnecting  # a dropped connection rolls the transaction back: sending it again is sound
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
         # Set-based: four DELETEs per chunk of ids, all in one transaction, counting what went
         # by thread key from RETURNING (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
