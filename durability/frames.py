@@ -15,7 +15,7 @@ built from column arrays, never from lists of objects.
 ========================  ===================================================================
 frame                     one row per
 ========================  ===================================================================
-:func:`checkpoints`       checkpoint (write order within a thread)
+:func:`checkpoints`       checkpoint, in write order (``seq``)
 :func:`threads`           thread: totals, newest checkpoint, ledger, lease, park
 :func:`outbox`            outbox entry: pending, synced or quarantined, with the plane's reason
 :func:`backlog`           instant of a time grid: rows pending then, age of the oldest
@@ -27,10 +27,10 @@ frame                     one row per
 Column notes:
 
 * ``threads.max_idle_gap``: the longest time between two consecutive checkpoints of the thread
-  (write order, all namespaces); ``NaT`` with fewer than two. ``status`` and ``run_id`` are
-  those of the thread's newest checkpoint when no run start was recorded (``run_id`` is the
-  ledger's last run start otherwise). ``lease_holder`` / ``lease_expires_at`` show a lease
-  live at ``now``; ``parked`` is a pending park whose deadline is after ``now``.
+  (write order, all namespaces); ``NaT`` with fewer than two. ``status`` is the newest
+  checkpoint's; ``run_id`` the ledger's last run start, else the newest checkpoint's run.
+  ``lease_holder`` / ``lease_expires_at`` show a lease live at ``now``; ``parked`` is a
+  pending park whose deadline is after ``now``.
 * ``outbox.age``: how long the row waited — ``now - created_at`` while pending,
   ``synced_at - created_at`` once the plane has it or refused it (``NaT`` if unknown).
 * ``backlog``: a row is pending from its ``created_at`` until its ``synced_at`` (when the
