@@ -143,8 +143,10 @@ def test_checkpoints_frame_is_every_checkpoint_as_written(fleet: Fleet) -> None:
             "size_bytes": [c.size_bytes for c in rows],
         }
     )
-    got = frame[list(expected.columns)].astype(object)
+    key = ["thread_id", "seq"]
+    got = frame[list(expected.columns)].sort_values(key, ignore_index=True).astype(object)
     assert got.to_dict("records") == expected.astype(object).to_dict("records")
+    assert frame["seq"].is_monotonic_increasing, "write order"
     synced = frame.set_index(["thread_id", "seq"])
     for cp in rows:
         row = synced.loc[(cp.thread_id, cp.seq)]
@@ -585,3 +587,15 @@ def test_plane_runs_read_the_same_run_health_from_the_plane(tmp_path: Any, plane
             )
         finally:
             disconnect(store, timeout=5)
+
+
+def test_an_unknown_column_is_refused_by_name() -> None:
+    """Asking a store for a column it does not read names the column and the known ones."""
+    import durability
+    from durability.errors import InvalidIdError
+
+    with (
+        durability.open("memory://") as store,
+        pytest.raises(InvalidIdError, match=r"\['state'\] are not among"),
+    ):
+        store.checkpoint_columns(columns=["thread_id", "state"])

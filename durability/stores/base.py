@@ -1189,18 +1189,32 @@ class Store(ABC):
     # ``_…_columns`` methods to aggregate in the backend (SQL GROUP BY, Redis pipelines).
 
     def checkpoint_columns(
-        self, thread_id: str | None = None, *, chunk_size: int = 50_000
+        self,
+        thread_id: str | None = None,
+        *,
+        columns: Sequence[str] = CHECKPOINT_COLUMNS,
+        chunk_size: int = 50_000,
     ) -> Iterator[Columns]:
-        """Every checkpoint's scalar fields (:data:`CHECKPOINT_COLUMNS`), in chunks of columns.
+        """Every checkpoint's scalar fields (``columns`` of :data:`CHECKPOINT_COLUMNS`), in chunks.
 
         Times are microseconds since the epoch; ``synced`` is ``None`` in a store that keeps
         no outbox. Rows come in write order within a thread; payloads are never decoded.
+        Asking for fewer columns lets a SQL store read less.
         """
         if thread_id is not None:
             self._check_thread(thread_id, "", "read checkpoint columns")
+        unknown = [c for c in columns if c not in CHECKPOINT_COLUMNS]
+        if unknown:
+            raise InvalidIdError(
+                f"cannot read checkpoint columns: {unknown!r} are not among {list(CHECKPOINT_COLUMNS)}"
+            )
         _check_chunk(chunk_size, "read checkpoint columns")
         self.ready()
-        return self._checkpoint_columns(thread_id, chunk_size)
+        wanted = tuple(columns)
+        return (
+            {name: chunk[name] for name in wanted}
+            for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
+        )
 
     def thread_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.
@@ -1236,7 +1250,10 @@ class Store(ABC):
         self.ready()
         return self._run_end_outputs(list(dict.fromkeys(keys))) if keys else {}
 
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
+        """Chunks holding at least ``columns`` (a provider may return all of them)."""
         states = self._outbox_states(thread_id)
         names = [thread_id] if thread_id is not None else [r.thread_id for r in self.iter_threads()]
 
