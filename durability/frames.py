@@ -15,7 +15,7 @@ built from column arrays, never from lists of objects.
 ========================  ===================================================================
 frame                     one row per
 ========================  ===================================================================
-:func:`checkpoints`       checkpoint (write order within a thread)
+:func:`checkpoints`       checkpoint, in write order (``seq``)
 :func:`threads`           thread: totals, newest checkpoint, ledger, lease, park
 :func:`outbox`            outbox entry: pending, synced or quarantined, with the plane's reason
 :func:`backlog`           instant of a time grid: rows pending then, age of the oldest
@@ -27,10 +27,10 @@ frame                     one row per
 Column notes:
 
 * ``threads.max_idle_gap``: the longest time between two consecutive checkpoints of the thread
-  (write order, all namespaces); ``NaT`` with fewer than two. ``status`` and ``run_id`` are
-  those of the thread's newest checkpoint when no run start was recorded (``run_id`` is the
-  ledger's last run start otherwise). ``lease_holder`` / ``lease_expires_at`` show a lease
-  live at ``now``; ``parked`` is a pending park whose deadline is after ``now``.
+  (write order, all namespaces); ``NaT`` with fewer than two. ``status`` is the newest
+  checkpoint's; ``run_id`` the ledger's last run start, else the newest checkpoint's run.
+  ``lease_holder`` / ``lease_expires_at`` show a lease live at ``now``; ``parked`` is a
+  pending park whose deadline is after ``now``.
 * ``outbox.age``: how long the row waited — ``now - created_at`` while pending,
   ``synced_at - created_at`` once the plane has it or refused it (``NaT`` if unknown).
 * ``backlog``: a row is pending from its ``created_at`` until its ``synced_at`` (when the
@@ -48,7 +48,6 @@ Column notes:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -66,6 +65,7 @@ from durability.stores.base import (
     Columns,
     Store,
 )
+from durability.sweep import PLAN_COLUMNS, plan_sweep
 
 if TYPE_CHECKING:
     from durability.settings import Settings
@@ -141,6 +141,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "time_left": _SPAN,
         "expired": "bool",
     },
+    "retention": dict(PLAN_COLUMNS),
     "runs": {
         "run_id": "string",
         "thread_id": "string",
@@ -172,7 +173,9 @@ _NAT = np.iinfo(np.int64).min
 def checkpoints(
     store: Store, *, thread_id: str | None = None, decode_state: bool = False
 ) -> pd.DataFrame:
-    """One row per checkpoint (``COLUMNS["checkpoints"]``), threads in id order, each in write order.
+    """One row per checkpoint (``COLUMNS["checkpoints"]``), in write order (``seq``).
+
+    On Redis, whose ``seq`` counts per thread, rows of equal ``seq`` are in thread id order.
 
     Args:
         store: Any open store.
@@ -180,7 +183,8 @@ def checkpoints(
         decode_state: Add a ``state`` column (object) with each checkpoint's decoded state;
             the only frame option that decodes a payload (it reads every thread's history).
     """
-    cols = _collect(store.checkpoint_columns(thread_id), CHECKPOINT_COLUMNS)
+    names = CHECKPOINT_COLUMNS[:-1]  # all but runner
+    cols = _collect(store.checkpoint_columns(thread_id, columns=names), names)
     frame = pd.DataFrame(
         {
             "thread_id": _strings(cols["thread_id"]),
@@ -196,9 +200,10 @@ def checkpoints(
             "size_bytes": _ints(cols["size_bytes"]),
             "synced": _booleans(cols["synced"]),
             "sync_error": _strings(cols["sync_error"]),
-        }
+        },
+        copy=False,
     )
-    frame = _in_order(frame, ["thread_id", "seq"])
+    frame = _in_write_order(frame)
     if decode_state:
         frame["state"] = _states(store, frame)
     return frame
@@ -346,13 +351,14 @@ def backlog(
 def retention(
     store: Store, settings: Settings | None = None, now: datetime | None = None
 ) -> pd.DataFrame:
-    """The rows of :func:`durability.sweep.plan_sweep` (one per thread: action, reason, due time).
+    """The rows of :func:`durability.sweep.plan_sweep` (``COLUMNS["retention"]``): one per thread.
 
-    Columns are :class:`durability.sweep.PlanRow`'s fields; nothing is deleted.
+    Each row says what a sweep at ``now`` (default: the store's clock) with ``settings``
+    (default: the store's) would do with the thread — ``delete``, ``spared`` (a live park,
+    lease or unreplicated rows, named in ``owner``), ``not_due`` or ``skipped`` — and why.
+    Nothing is deleted.
     """
-    sweep = importlib.import_module("durability.sweep")
-    frame: pd.DataFrame = sweep.plan_sweep(store, settings, now).to_frame()
-    return frame
+    return plan_sweep(store, settings, now).to_frame()
 
 
 def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
@@ -388,20 +394,21 @@ def runs(store: Store) -> pd.DataFrame:
     Read from the checkpoints' scalar fields plus, for failed run ends only, their recorded
     error; parks and live leases (at the store's clock) tell parked and running runs apart.
     """
-    cols = _collect(store.checkpoint_columns(), CHECKPOINT_COLUMNS)
+    names: tuple[str, ...] = ("thread_id", "namespace", "run_id", "checkpoint_id", "seq")
+    names += ("step_type", "status", "created_at", "runner")
+    cols = _collect(store.checkpoint_columns(columns=names), names)
     now_us = _micros_of(store.clock())
-    leases = {}
-    for chunk in store.thread_columns():
-        for thread_id, run_id, expires in zip(
-            chunk["thread_id"], chunk["run_id"], chunk["lease_expires_at"], strict=True
-        ):
-            if expires is not None and expires > now_us:
-                leases[thread_id] = run_id
-    lease_runs = _lease_runs(store, leases)
+    leased = [
+        thread_id
+        for chunk in store.thread_columns()
+        for thread_id, expires in zip(chunk["thread_id"], chunk["lease_expires_at"], strict=True)
+        if expires is not None and expires > now_us
+    ]
+    lease_runs = _lease_runs(store, leased)
     parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in store.parks()}
     rows = [
-        dict(zip(CHECKPOINT_COLUMNS, values, strict=True))
-        for values in zip(*(cols[n] for n in CHECKPOINT_COLUMNS), strict=True)
+        dict(zip(names, values, strict=True))
+        for values in zip(*(cols[n].tolist() for n in names), strict=True)
     ]
     failed = [
         (r["thread_id"], r["namespace"], r["checkpoint_id"])
@@ -459,10 +466,10 @@ def plane_runs(connection: Any) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- runs
 
 
-def _lease_runs(store: Store, leases: dict[str, str | None]) -> dict[str, str]:
-    """Thread -> the run id its live lease was taken for."""
+def _lease_runs(store: Store, leased: list[str]) -> dict[str, str]:
+    """Thread -> the run id its live lease was taken for (a few threads: one read each)."""
     found = {}
-    for thread_id in leases:
+    for thread_id in leased:
         record = store.thread(thread_id)
         if record is not None and record.lease is not None:
             found[thread_id] = record.lease.run_id
@@ -592,19 +599,25 @@ def _health_rows(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _collect(chunks: Iterable[Columns], names: Sequence[str]) -> Columns:
-    """Concatenate the store's column chunks."""
-    found: Columns = {name: [] for name in names}
+    """Concatenate the store's column chunks (numpy object arrays) into one array per column."""
+    parts: dict[str, list[Any]] = {name: [] for name in names}
     for chunk in chunks:
         for name in names:
-            found[name].extend(chunk[name])
-    return found
+            parts[name].append(chunk[name])
+    return {name: _joined(found) for name, found in parts.items()}
+
+
+def _joined(parts: list[Any]) -> Any:
+    if not parts:
+        return np.empty(0, dtype=object)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _outbox_cols(store: Store) -> Columns:
     try:
         return _collect(store.outbox_columns(), OUTBOX_COLUMNS)
     except CapabilityError:  # a store without an outbox does not replicate: nothing is pending
-        return {name: [] for name in OUTBOX_COLUMNS}
+        return {name: np.empty(0, dtype=object) for name in OUTBOX_COLUMNS}
 
 
 def _keeps_outbox(store: Store) -> bool:
@@ -639,7 +652,10 @@ def _ints(values: Sequence[int]) -> np.ndarray[Any, Any]:
 
 
 def _nullable_ints(values: Sequence[int | None]) -> Any:
-    return pd.array(values, dtype="Int64")
+    raw = np.asarray(values, dtype=object)
+    missing = pd.isna(raw)
+    ints = np.where(missing, 0, raw).astype(np.int64) if missing.any() else raw.astype(np.int64)
+    return pd.arrays.IntegerArray(ints, missing)
 
 
 def _categories(values: Sequence[str | None]) -> pd.Categorical:
@@ -648,9 +664,14 @@ def _categories(values: Sequence[str | None]) -> pd.Categorical:
 
 def _ns(values: Sequence[int | None]) -> np.ndarray[Any, Any]:
     """Microseconds (``None`` allowed) as int64 nanoseconds, ``None`` as NaT's integer."""
-    ints = pd.array(values, dtype="Int64")
-    ns = ints.to_numpy(dtype="int64", na_value=0) * 1000
-    ns[ints.isna()] = _NAT
+    raw = np.asarray(values, dtype=object)
+    try:  # the common case, nothing missing: one cast
+        return raw.astype(np.int64) * 1000
+    except TypeError:
+        pass
+    missing = pd.isna(raw)
+    ns = np.where(missing, 0, raw).astype(np.int64) * 1000
+    ns[missing] = _NAT
     return ns
 
 
@@ -662,6 +683,18 @@ def _times(values: Sequence[int | None]) -> Any:
 
 def _spans(values: Sequence[int | None]) -> Any:
     return pd.array(cast(Any, _ns(values).view("m8[ns]")), dtype=_SPAN)
+
+
+def _in_write_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by ``seq``, ties (Redis counts ``seq`` per thread) by thread id.
+
+    SQL and memory stores already answer in ``seq`` order, which is checked, not sorted again.
+    """
+    seq = frame["seq"].to_numpy(dtype="int64", na_value=0)
+    if len(seq) < 2 or bool((seq[1:] > seq[:-1]).all()):
+        return frame.reset_index(drop=True)
+    codes, _ = pd.factorize(frame["thread_id"], sort=True)
+    return frame.take(np.lexsort((codes, seq))).reset_index(drop=True)
 
 
 def _in_order(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:

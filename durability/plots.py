@@ -240,14 +240,14 @@ def idle_gaps(threads: pd.DataFrame, waiting: timedelta | str | simulate.Policy)
     horizon = simulate.as_policy(waiting).waiting
     unit, size = duration_unit(max(gaps.max(), pd.Timedelta(horizon)))
     values = _in_unit(gaps, size)
-    beyond = int((gaps > horizon).sum())
+    beyond = len(simulate.lost_conversations(threads, horizon))  # declared values cap it
     fig = _figure(title)
     ax = fig.axes[0]
     ax.hist(values, bins=min(40, max(5, len(values) // 2)), color="tab:blue", alpha=0.8)
     ax.axvline(
         horizon.total_seconds() / size, **_CURRENT, label=f"waiting {format_duration(horizon)}"
     )
-    ax.set_title(f"{beyond} of {len(gaps):,} threads idle longer than the waiting horizon")
+    ax.set_title(f"{beyond} of {len(gaps):,} threads idle longer than their waiting horizon")
     ax.set_xlabel(f"longest gap between consecutive checkpoints ({unit})")
     _count_axis(ax, "threads")
     ax.legend(loc="upper right")

@@ -16,7 +16,7 @@ distinct declared retention rather than re-derived here: a waiting thread is due
 horizon after its newest checkpoint; a finished thread is due its finished horizon after its
 mark (each thread on one horizon, as :func:`durability.sweep.plan_sweep` classifies it). A policy under
 study is every thread's ceiling, as the platform values are: a declared value above it is
-capped at it. Unlike the real sweep, which keeps the due time fixed at the mark, a simulated
+capped at it (:func:`durability.settings.waiting_horizon` applies the ceiling). Unlike the real sweep, which keeps the due time fixed at the mark, a simulated
 policy applies its finished value to every mark (the question is "what if this value had been
 in force"). Threads the sweep's filters would spare (an unexpired park, a live lease) are
 deleted at the first sweep after they stop being live.
@@ -107,13 +107,6 @@ class Policy:
             return Settings(waiting_retention=self.waiting, finished_retention=self.finished)
         return base.update(waiting_retention=self.waiting, finished_retention=self.finished)
 
-    def cap(self, declared: Retention) -> Retention:
-        """A thread's declared retention under this policy: each value at most the policy's."""
-        return Retention(
-            waiting=None if declared.waiting is None else min(declared.waiting, self.waiting),
-            finished=None if declared.finished is None else min(declared.finished, self.finished),
-        )
-
 
 PolicyLike = Policy | Settings
 
@@ -203,12 +196,8 @@ class _Declared:
     def horizons(self, policy: Policy) -> tuple[Ints, Ints]:
         """Per thread: (waiting horizon, finished horizon) in ns under ``policy``."""
         settings = policy.settings()
-        waiting = np.array(
-            [_td_int(waiting_horizon(settings, policy.cap(d))) for d in self.pairs], np.int64
-        )
-        finished = np.array(
-            [_td_int(finished_horizon(settings, policy.cap(d))) for d in self.pairs], np.int64
-        )
+        waiting = np.array([_td_int(waiting_horizon(settings, d)) for d in self.pairs], np.int64)
+        finished = np.array([_td_int(finished_horizon(settings, d)) for d in self.pairs], np.int64)
         return waiting[self.codes], finished[self.codes]
 
 
@@ -223,7 +212,7 @@ def _td_int(value: timedelta) -> int:
 # ---------------------------------------------------------------------------- daily
 
 
-THREAD_COLUMNS = (
+_THREAD_COLUMNS = (
     "size_bytes",
     "newest_at",
     "finished_at",
@@ -247,7 +236,7 @@ class _Threads:
 
     @classmethod
     def of(cls, threads: pd.DataFrame) -> _Threads:
-        _require(threads, THREAD_COLUMNS, "threads")
+        _require(threads, _THREAD_COLUMNS, "threads")
         park = np.where(_bools(threads["parked"]), _ns(threads["park_deadline"]), _NAT)
         lease = _ns(threads["lease_expires_at"])
         return cls(

@@ -5,7 +5,15 @@ answers it and shows the result. Display a view with its ``.widget``; the child 
 attributes (``planner.waiting.value = 14`` is what moving the slider does, ``panel.plan_button
 .click()`` what pressing the button does), and so is the last result each view computed
 (``.frame``, ``.figure``, ``.plan`` …), which is what tests and notebooks read. Key controls
-carry stable CSS classes (``durability-retention-waiting`` …) for browser tests.
+carry stable CSS classes for browser tests:
+
+* explorer: ``durability-explorer`` (the view), ``-thread``, ``-checkpoint``, ``-history``, ``-state``;
+* planner: ``durability-retention`` (the view), ``-waiting``, ``-finished``, ``-now``,
+  ``-summary``, ``-chart``, ``-table``;
+* outbox: ``durability-outbox`` (the view), ``-chart``, ``-quarantined``, ``-release``,
+  ``-refresh``, ``-status``;
+* restore: ``durability-restore`` (the view), ``-thread``, ``-plan``, ``-plan-table``,
+  ``-restore``, ``-runner``, ``-value``, ``-resume``, ``-status``.
 
 * :class:`StoreExplorer`: pick a thread, see its history and the state of any checkpoint.
 * :class:`RetentionPlanner`: waiting and finished sliders and a "now" date: what a sweep
@@ -206,13 +214,22 @@ class RetentionPlanner:
         start = (now or store.clock()).astimezone(UTC)
         self._time_of_day = start.timetz()
         self.threads_frame = frames.threads(store, start)
+        self._threads_at = start
         waiting, finished = _days(self.current.waiting), _days(self.current.finished)
         self.waiting = w.IntSlider(
-            value=waiting, min=1, max=max(90, 2 * waiting), description="waiting (days)"
+            value=waiting,
+            min=1,
+            max=max(90, 2 * waiting),
+            description="waiting (days)",
+            continuous_update=False,
         )
         self.waiting.add_class("durability-retention-waiting")
         self.finished = w.IntSlider(
-            value=finished, min=1, max=max(30, 2 * finished), description="finished (days)"
+            value=finished,
+            min=1,
+            max=max(30, 2 * finished),
+            description="finished (days)",
+            continuous_update=False,
         )
         self.finished.add_class("durability-retention-finished")
         self.now = w.DatePicker(value=start.date(), description="now")
@@ -261,6 +278,8 @@ class RetentionPlanner:
     def update(self) -> None:
         """Recompute the plan, the summary, the simulation and the chart for the controls."""
         policy, when = self.policy, self.when
+        if when != self._threads_at:  # which parks and leases are live depends on "now"
+            self.threads_frame, self._threads_at = frames.threads(self.store, when), when
         self.plan = plan_sweep(self.store, policy.settings(self.settings), when)
         self.frame = self.plan.to_frame()
         self.deletes = self.frame[self.frame["action"] == "delete"].reset_index(drop=True)
@@ -377,8 +396,9 @@ class OutboxMonitor:
 class RestorePanel:
     """Restore a thread from the plane, then resume its run: plan (dry run), Restore, Resume.
 
-    ``.thread_id`` names the thread; ``.plan_button`` runs :func:`durability.restore.plan_restore`
-    (reads only) and shows ``plan.to_frame()`` in ``.plan_table``; ``.restore_button`` applies
+    ``.thread_id`` names the thread; setting it (or ``.plan_button``) runs
+    :func:`durability.restore.plan_restore` (reads only) and shows ``plan.to_frame()`` in
+    ``.plan_table``; ``.restore_button`` applies
     that plan (:func:`durability.restore.apply_restore`; ``.overwrite`` replaces a local copy);
     ``.resume_button`` resumes the run with ``.resume_value`` (JSON; empty: no value) through
     the runner (``runner=``: a :class:`~durability.runs.Runner` or ``module:attr``, else the
@@ -397,14 +417,16 @@ class RestorePanel:
         self.store = store
         self.connection = connection
         self._runner = runner if isinstance(runner, Runner) else None
-        self.thread_id = w.Text(description="thread id", placeholder="the thread to restore")
+        self.thread_id = w.Text(
+            description="thread id", placeholder="the thread to restore", continuous_update=False
+        )
         self.thread_id.add_class("durability-restore-thread")
         target = "the store's active connection" if connection is None else connection.target
         self.plane = w.HTML(f"<p>plane: <code>{html.escape(redact_url(target))}</code></p>")
         self.plan_button = _button("Plan restore (dry run)", "durability-restore-plan")
         self.overwrite = w.Checkbox(value=False, description="overwrite a local copy")
         self.restore_button = _button(
-            "Restore", "durability-restore-apply", button_style="primary", disabled=True
+            "Restore", "durability-restore-restore", button_style="primary", disabled=True
         )
         self.plan_table = w.Output()
         self.plan_table.add_class("durability-restore-plan-table")
@@ -427,7 +449,7 @@ class RestorePanel:
         self.plan_button.on_click(lambda _: _guarded(self.status, self.make_plan))
         self.restore_button.on_click(lambda _: _guarded(self.status, self.apply))
         self.resume_button.on_click(lambda _: _guarded(self.status, self.resume))
-        self.thread_id.observe(lambda _: self._forget_plan(), names="value")
+        self.thread_id.observe(lambda _: self._thread_changed(), names="value")
         self.widget = w.VBox(
             [
                 self.plane,
@@ -444,6 +466,12 @@ class RestorePanel:
         """A plan is for one thread: another id needs a new plan before Restore."""
         self.plan = None
         self.restore_button.disabled = True
+
+    def _thread_changed(self) -> None:
+        """A new thread id is planned at once (a dry run), so Restore applies what is shown."""
+        self._forget_plan()
+        if self.thread_id.value.strip():
+            _guarded(self.status, self.make_plan)
 
     def make_plan(self) -> None:
         """Plan the restore of ``.thread_id`` (nothing is written) and show it."""

@@ -143,8 +143,10 @@ def test_checkpoints_frame_is_every_checkpoint_as_written(fleet: Fleet) -> None:
             "size_bytes": [c.size_bytes for c in rows],
         }
     )
-    got = frame[list(expected.columns)].astype(object)
+    key = ["thread_id", "seq"]
+    got = frame[list(expected.columns)].sort_values(key, ignore_index=True).astype(object)
     assert got.to_dict("records") == expected.astype(object).to_dict("records")
+    assert frame["seq"].is_monotonic_increasing, "write order"
     synced = frame.set_index(["thread_id", "seq"])
     for cp in rows:
         row = synced.loc[(cp.thread_id, cp.seq)]
@@ -308,6 +310,32 @@ def test_parks_frame_time_left_on_an_injected_clock(fleet: Fleet) -> None:
     late = frames.parks(fleet.store, now=park.deadline + timedelta(hours=5))
     assert late["time_left"].tolist() == [pd.Timedelta(hours=-5)]
     assert late["expired"].tolist() == [True]
+
+
+# ---------------------------------------------------------------------------- retention
+
+
+def test_retention_frame_is_the_sweep_plan(fleet: Fleet) -> None:
+    """One row per thread with the sweep's action; a finished thread is due at its mark's due time."""
+    threads = frames.threads(fleet.store).set_index("thread_id")
+    due = threads.loc[fleet.completed.thread_id, "due_at"]
+    before = frames.retention(fleet.store, now=due.to_pydatetime() - timedelta(seconds=1))
+    assert_columns(before, "retention")
+    assert sorted(before["thread_id"]) == fleet.threads()
+    row = before.set_index("thread_id").loc[fleet.completed.thread_id]
+    assert (row["horizon"], row["action"], row["due_at"]) == ("finished", "not_due", due)
+    assert row["checkpoints"] == threads.loc[fleet.completed.thread_id, "checkpoints"]
+    after = frames.retention(fleet.store, now=due.to_pydatetime())
+    by_id = after.set_index("thread_id")
+    assert by_id.loc[fleet.completed.thread_id, "action"] == "delete", "the plane has its rows"
+    failed = by_id.loc[fleet.failed.thread_id]
+    assert (failed["action"], failed["due_at"]) == (
+        "not_due",
+        threads.loc[fleet.failed.thread_id, "due_at"],
+    )
+    if fleet.parked is not None:
+        assert by_id.loc[fleet.parked.thread_id, "horizon"] == "waiting"
+    assert fleet.store.thread(fleet.completed.thread_id) is not None, "a plan deletes nothing"
 
 
 # ---------------------------------------------------------------------------- outbox and backlog
@@ -559,3 +587,15 @@ def test_plane_runs_read_the_same_run_health_from_the_plane(tmp_path: Any, plane
             )
         finally:
             disconnect(store, timeout=5)
+
+
+def test_an_unknown_column_is_refused_by_name() -> None:
+    """Asking a store for a column it does not read names the column and the known ones."""
+    import durability
+    from durability.errors import InvalidIdError
+
+    with (
+        durability.open("memory://") as store,
+        pytest.raises(InvalidIdError, match=r"\['state'\] are not among"),
+    ):
+        store.checkpoint_columns(columns=["thread_id", "state"])

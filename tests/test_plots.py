@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,11 @@ from analysis_frames import (
 )
 from matplotlib.figure import Figure
 
-from durability import plots
+import durability
+from durability import frames, plots
+from durability.clock import FrozenClock
+from durability.demo import DEMO_START, build_demo
+from durability.settings import Settings
 from durability.simulate import Policy, daily, outage_backlog
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
@@ -126,7 +131,7 @@ def test_idle_gaps_draws_the_horizon_where_asked(threads: object) -> None:
     assert ax.get_xlabel() == "longest gap between consecutive checkpoints (days)"
     assert ax.get_ylabel() == "threads"
     assert vertical_lines_at(fig) == [2.0]
-    assert ax.get_title() == "11 of 20 threads idle longer than the waiting horizon"
+    assert ax.get_title() == "11 of 20 threads idle longer than their waiting horizon"
     longer = plots.idle_gaps(threads, "4d")
     assert vertical_lines_at(longer) == [4.0]
     assert longer.axes[0].get_title().startswith("3 of 20")
@@ -200,3 +205,30 @@ def test_empty_frames_give_a_figure_that_says_no_data(draw: object, title: str) 
 def test_an_empty_sweep_timeline_says_no_data() -> None:
     empty = daily(threads_frame([]), Policy(DAY, DAY), T0, 1).iloc[0:0]
     assert plots.NO_DATA in texts(plots.sweep_timeline(empty))
+
+
+def test_every_chart_draws_a_real_store(tmp_path: Path) -> None:
+    """The frames of the runner's demo fleet (SQLite) draw without a "no data" figure."""
+    clock = FrozenClock(DEMO_START)
+    with durability.open(
+        f"sqlite:///{tmp_path / 'demo.db'}", settings=Settings(), single_worker=True, clock=clock
+    ) as store:
+        build_demo(store, clock, days=12)
+        now = DEMO_START + timedelta(days=10)
+        threads = frames.threads(store, now)
+        runs = frames.runs(store)
+        checkpoints = frames.checkpoints(store)
+    outage = outage_backlog(checkpoints, DEMO_START, "12h", drain_rate=0.01)
+    figures = {
+        "backlog": plots.backlog(outage),
+        "retention_curve": plots.retention_curve(threads, [1, 3, 7, 30], Settings(), now=now),
+        "idle_gaps": plots.idle_gaps(threads, "2d"),
+        "sweep_timeline": plots.sweep_timeline(daily(threads, Settings(), now, 30)),
+        "run_health": plots.run_health(runs),
+    }
+    for name, fig in figures.items():
+        assert plots.NO_DATA not in texts(fig), name
+    legend = figures["run_health"].axes[0].get_legend()
+    assert {t.get_text() for t in legend.get_texts()} == set(runs["status"].astype(str))
+    assert sum(p.get_height() for p in figures["run_health"].axes[0].patches) == len(runs)
+    assert png(figures["run_health"]).startswith(b"\x89PNG")

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from analysis_frames import checkpoints_frame, parks_frame, thread, threads_frame
 
+import durability
+from durability import frames
+from durability.clock import FrozenClock
+from durability.demo import DEMO_START, build_demo
 from durability.errors import ConfigError
 from durability.settings import Retention, Settings, finished_horizon, waiting_horizon
 from durability.simulate import (
@@ -21,6 +26,7 @@ from durability.simulate import (
     outage_backlog,
     refused_parks,
 )
+from durability.sweep import plan_sweep
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -148,7 +154,7 @@ def test_the_simulation_agrees_with_the_settings_rules_thread_by_thread() -> Non
     start, days = T0, 60
     expected = np.zeros(days, dtype=int)
     for row in rows:
-        declared = policy.cap(Retention(row["declared_waiting"], row["declared_finished"]))
+        declared = Retention(row["declared_waiting"], row["declared_finished"])
         if row["finished_at"] is not None:
             due = row["finished_at"] + finished_horizon(settings, declared)
         else:
@@ -277,3 +283,31 @@ def test_an_outage_with_no_writes_has_no_backlog() -> None:
     assert frame.attrs["cleared_at"] == pd.Timestamp(T0 + timedelta(hours=2))
     with pytest.raises(ConfigError, match="positive rate"):
         outage_backlog(checkpoints_frame([T0]), T0, "1h", drain_rate=0)
+
+
+# ---------------------------------------------------------------------------- against the sweep
+
+
+@pytest.mark.parametrize("after", [timedelta(days=5), timedelta(days=12), timedelta(days=40)])
+def test_the_current_policy_deletes_what_plan_sweep_deletes_on_a_real_store(
+    tmp_path: Path, after: timedelta
+) -> None:
+    """On the demo fleet written by the runner (SQLite), the first simulated sweep of the
+    settings in force deletes as many threads per horizon as plan_sweep's preview does."""
+    clock = FrozenClock(DEMO_START)
+    settings = Settings()
+    with durability.open(
+        f"sqlite:///{tmp_path / 'demo.db'}", settings=settings, single_worker=True, clock=clock
+    ) as store:
+        build_demo(store, clock, days=12)
+        now = DEMO_START + after
+        plan = plan_sweep(store, settings, now)
+        first = daily(frames.threads(store, now), settings, now, 1).iloc[0]
+    going = plan.summary()["delete"]
+    assert first["deleted_finished_threads"] == going["finished"]["threads"]
+    assert first["deleted_waiting_threads"] == going["waiting"]["threads"]
+    assert first["deleted_bytes"] == plan.summary()["total_delete"]["size_bytes"]
+    if after > timedelta(days=10):  # the runs' marks are due 7 days after them
+        assert going["finished"]["threads"] > 0
+    if after > timedelta(days=30):  # the conversations and parked runs idle past 30 days
+        assert going["waiting"]["threads"] > 0

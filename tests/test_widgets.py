@@ -42,7 +42,7 @@ def demo_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("widgets") / "demo.db"
     clock = FrozenClock(DEMO_START)
     with sqlite_store(path, clock) as store:
-        build_demo(store, clock, runs=8)
+        build_demo(store, clock, days=12)
     return path
 
 
@@ -193,9 +193,12 @@ def test_restore_panel_plans_restores_then_resumes(
 ) -> None:
     """Plan (nothing written), Restore (the thread and its park land), Resume with a value."""
     panel = RestorePanel(fresh, link(fresh, plane), runner=runner_defs.approval)
+    assert css(panel.restore_button) == ["durability-restore-restore"]
     assert panel.restore_button.disabled
-    panel.thread_id.value = parked_on_plane
-    panel.plan_button.click()
+    panel.thread_id.value = parked_on_plane  # a thread id is planned at once
+    assert panel.plan_frame["node_id"].tolist() == ["__start__", "draft", "approve"]
+    assert not panel.restore_button.disabled
+    panel.plan_button.click()  # planning again changes nothing
     assert panel.plan_frame["node_id"].tolist() == ["__start__", "draft", "approve"]
     assert not fresh.has_thread(parked_on_plane), "a plan is a dry run"
     assert not panel.restore_button.disabled
@@ -240,3 +243,21 @@ def test_restore_panel_shows_refusals_and_writes_nothing(fresh: Store, plane: Pl
     assert "RestoreError" in offline.status.value
     assert "not connected" in offline.status.value
     assert offline.plan is None
+
+
+def test_views_over_an_empty_store_say_so(tmp_path: Path) -> None:
+    """Every view opens on a store holding nothing: no rows, "no data" charts, no failure."""
+    with sqlite_store(tmp_path / "empty.db", FrozenClock(DEMO_START)) as store:
+        explorer = StoreExplorer(store)
+        assert explorer.thread.options == ()
+        assert "holds no thread" in explorer.summary.value
+        planner = RetentionPlanner(store)
+        assert planner.deletes.empty
+        assert "would delete <b>0</b> of 0 threads" in planner.summary.value
+        planner.waiting.value = 1
+        assert planner.deletes.empty
+        monitor = OutboxMonitor(store)
+        assert monitor.quarantined_frame.empty
+        assert monitor.release_button.disabled
+        assert monitor.figure is not None
+        assert "no data" in [t.get_text() for ax in monitor.figure.axes for t in ax.texts]

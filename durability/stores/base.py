@@ -58,8 +58,9 @@ RowKey = tuple[str, int]
 #: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
 WriteListener = Callable[["Store"], None]
 
-#: A chunk of an analysis read: column name -> that column's values (see ``checkpoint_columns``).
-Columns = dict[str, list[Any]]
+#: A chunk of an analysis read: column name -> that column's values, a numpy object array
+#: (see ``checkpoint_columns``).
+Columns = dict[str, Any]
 
 #: The columns of :meth:`Store.checkpoint_columns` (times in microseconds since the epoch).
 CHECKPOINT_COLUMNS = (
@@ -1181,54 +1182,6 @@ class Store(ABC):
     def _connections(self) -> list[Connection]:
         return []
 
-    # ---- sweep
-    # What the checkpoint sweep (durability.sweep) needs: every thread read at once, several
-    # threads deleted at once, and which threads the plane lacks rows of. The defaults are
-    # built on the primitives above; the SQL store answers each with a few set-based queries.
-
-    def sweep_records(self) -> list[ThreadRecord]:
-        """Every thread the store knows, with its ledger record and checkpoint totals (any order).
-
-        What the sweep plans from: unlike :meth:`iter_threads` it reads the store in one go.
-        """
-        self.ready()
-        return self._sweep_records()
-
-    def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
-        """Delete several threads as :meth:`delete_thread` does; what each held, by id.
-
-        A thread the store does not hold removes nothing (``Deleted()``). The SQL store deletes
-        in one transaction per call; others thread by thread.
-        """
-        ids = list(dict.fromkeys(thread_ids))
-        for thread_id in ids:
-            self._check_thread(thread_id, "", "delete threads")
-        self.ready()
-        return self._delete_threads(ids) if ids else {}
-
-    def unreplicated(self) -> dict[str, int]:
-        """Per thread, how many of its checkpoints the plane does not have (pending or quarantined).
-
-        Only threads with at least one such row appear; a store without an outbox has none.
-        """
-        if not self.capabilities.replicates:
-            return {}
-        self.ready()
-        return self._unreplicated()
-
-    def _sweep_records(self) -> list[ThreadRecord]:
-        return list(self.iter_threads())
-
-    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
-
-    def _unreplicated(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for state in ("pending", "quarantined"):
-            for entry in self._outbox(state, None, None, None, None):
-                counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
-        return counts
-
     # ---- analysis reads
     # Column reads for durability.frames: scalar fields only, never a payload decoded, in
     # chunks of column lists so a store of millions of checkpoints is never held as objects.
@@ -1236,18 +1189,32 @@ class Store(ABC):
     # ``_…_columns`` methods to aggregate in the backend (SQL GROUP BY, Redis pipelines).
 
     def checkpoint_columns(
-        self, thread_id: str | None = None, *, chunk_size: int = 50_000
+        self,
+        thread_id: str | None = None,
+        *,
+        columns: Sequence[str] = CHECKPOINT_COLUMNS,
+        chunk_size: int = 50_000,
     ) -> Iterator[Columns]:
-        """Every checkpoint's scalar fields (:data:`CHECKPOINT_COLUMNS`), in chunks of columns.
+        """Every checkpoint's scalar fields (``columns`` of :data:`CHECKPOINT_COLUMNS`), in chunks.
 
         Times are microseconds since the epoch; ``synced`` is ``None`` in a store that keeps
         no outbox. Rows come in write order within a thread; payloads are never decoded.
+        Asking for fewer columns lets a SQL store read less.
         """
         if thread_id is not None:
             self._check_thread(thread_id, "", "read checkpoint columns")
+        unknown = [c for c in columns if c not in CHECKPOINT_COLUMNS]
+        if unknown:
+            raise InvalidIdError(
+                f"cannot read checkpoint columns: {unknown!r} are not among {list(CHECKPOINT_COLUMNS)}"
+            )
         _check_chunk(chunk_size, "read checkpoint columns")
         self.ready()
-        return self._checkpoint_columns(thread_id, chunk_size)
+        wanted = tuple(columns)
+        return (
+            {name: chunk[name] for name in wanted}
+            for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
+        )
 
     def thread_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.
@@ -1283,7 +1250,10 @@ class Store(ABC):
         self.ready()
         return self._run_end_outputs(list(dict.fromkeys(keys))) if keys else {}
 
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
+        """Chunks holding at least ``columns`` (a provider may return all of them)."""
         states = self._outbox_states(thread_id)
         names = [thread_id] if thread_id is not None else [r.thread_id for r in self.iter_threads()]
 
@@ -1350,6 +1320,54 @@ class Store(ABC):
             elif row is not None:
                 found[(thread_id, namespace, checkpoint_id)] = row.decode().node_output
         return found
+
+    # ---- sweep
+    # What the checkpoint sweep (durability.sweep) needs: every thread read at once, several
+    # threads deleted at once, and which threads the plane lacks rows of. The defaults are
+    # built on the primitives above; the SQL store answers each with a few set-based queries.
+
+    def sweep_records(self) -> list[ThreadRecord]:
+        """Every thread the store knows, with its ledger record and checkpoint totals (any order).
+
+        What the sweep plans from: unlike :meth:`iter_threads` it reads the store in one go.
+        """
+        self.ready()
+        return self._sweep_records()
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
+        """Delete several threads as :meth:`delete_thread` does; what each held, by id.
+
+        A thread the store does not hold removes nothing (``Deleted()``). The SQL store deletes
+        in one transaction per call; others thread by thread.
+        """
+        ids = list(dict.fromkeys(thread_ids))
+        for thread_id in ids:
+            self._check_thread(thread_id, "", "delete threads")
+        self.ready()
+        return self._delete_threads(ids) if ids else {}
+
+    def unreplicated(self) -> dict[str, int]:
+        """Per thread, how many of its checkpoints the plane does not have (pending or quarantined).
+
+        Only threads with at least one such row appear; a store without an outbox has none.
+        """
+        if not self.capabilities.replicates:
+            return {}
+        self.ready()
+        return self._unreplicated()
+
+    def _sweep_records(self) -> list[ThreadRecord]:
+        return list(self.iter_threads())
+
+    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
+        return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
+
+    def _unreplicated(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in ("pending", "quarantined"):
+            for entry in self._outbox(state, None, None, None, None):
+                counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
+        return counts
 
 
 def conflict_message(thread_id: str, namespace: str, checkpoint_id: str) -> str:
@@ -1439,10 +1457,17 @@ def _check_chunk(chunk_size: int, action: str) -> None:
 
 
 def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> Columns:
-    """Rows (tuples in ``names`` order) turned into columns."""
-    if not rows:
-        return {name: [] for name in names}
-    return {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)}
+    """Rows (tuples in ``names`` order) turned into columns: one numpy object array each.
+
+    One 2-D object array is built in C and sliced, which is several times faster than
+    transposing the tuples in Python (numpy is imported here, never by ``import durability``).
+    """
+    import numpy as np
+
+    table = np.empty((len(rows), len(names)), dtype=object)
+    if rows:
+        table[:] = rows
+    return {name: table[:, i] for i, name in enumerate(names)}
 
 
 def column_chunks(

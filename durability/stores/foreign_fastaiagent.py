@@ -293,7 +293,9 @@ class FastAIAgentStore(ForeignStore):
         with self.read("read checkpoint columns") as conn:
             return list(conn.execute(sa.text(sql), {"t": thread_id}))
 
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
         rows = (
             (
                 r.execution_id,

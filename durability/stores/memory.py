@@ -327,7 +327,9 @@ class MemoryStore(Store):
 
     # ---- analysis reads
 
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
         with self._data.lock:
             names = [thread_id] if thread_id is not None else list(self._data.rows)
             rows = [r for name in names for r in self._data.rows.get(name, ())]

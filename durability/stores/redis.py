@@ -1123,7 +1123,9 @@ class RedisStore(Store):
                 if "id" in fields and (thread_id is None or fields["id"].decode() == thread_id):
                     yield fields, answer
 
-    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
         def rows() -> Iterator[tuple[Any, ...]]:
             for _fields, answer in self._analysis_threads(thread_id):
                 pending, synced = _pairs(answer[2]), _pairs(answer[3])
