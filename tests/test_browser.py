@@ -85,6 +85,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     (notification / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
+    # Keep every cell in the page: a windowed notebook detaches the cells scrolled out of view,
+    # and the widgets the tests press live in the last ones.
+    tracker = settings / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     token, port = secrets.token_hex(16), _free_port()
     env = {
         **os.environ,
@@ -279,7 +284,8 @@ def test_pressing_restore_applies_the_plan(browser: Any, lab: Lab) -> None:
     page = opened.page
     status = page.locator(".durability-restore-status").first
     status.wait_for()
-    button = page.locator("button.durability-restore-apply").first
+    button = page.locator(".durability-restore").get_by_role("button", name="Restore", exact=True)
+    button.wait_for(timeout=60_000)
     button.scroll_into_view_if_needed()
     button.click()
     page.wait_for_function(

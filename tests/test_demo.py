@@ -164,3 +164,19 @@ def test_lab_without_a_demo_or_store_says_what_to_do(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "durability demo" in result.output
     assert "--store" in result.output
+
+
+def test_python_dash_m_durability_is_the_command_line() -> None:
+    """`python -m durability --help` lists the bundle's commands."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "durability", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
+    for command in ("demo", "lab", "report"):
+        assert f"  {command} " in out, out
