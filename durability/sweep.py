@@ -615,7 +615,7 @@ def sweep(
         provider=plan.provider,
         deleted=deleted,
         spared=spared,
-        skipped=_skipped(plan),
+        skipped=_skipped(store, plan),
         not_due={
             h: sum(1 for r in plan.rows if r.horizon == h and r.action == "not_due")
             for h in HORIZONS
@@ -649,15 +649,13 @@ def _spare(plan: SweepPlan) -> dict[str, tuple[SparedThread, ...]]:
     return {h: tuple(v) for h, v in spared.items()}
 
 
-def _skipped(plan: SweepPlan) -> dict[str, SkippedHorizon]:
-    skipped: dict[str, SkippedHorizon] = {}
-    for r in plan.rows:
-        if r.action == "skipped":
-            seen = skipped.get(r.horizon)
-            skipped[r.horizon] = SkippedHorizon(
-                r.horizon, (seen.threads if seen else 0) + 1, r.reason
-            )
-    return skipped
+def _skipped(store: Store, plan: SweepPlan) -> dict[str, SkippedHorizon]:
+    """The waiting horizon, when the provider handles it itself: reported even with no thread in it."""
+    reason = _skipped_reason(store)
+    if reason is None:
+        return {}
+    count = sum(1 for r in plan.rows if r.action == "skipped")
+    return {"waiting": SkippedHorizon("waiting", count, reason)}
 
 
 def _apply(

@@ -1481,6 +1481,7 @@ class SQLStore(Store):
             expires_at=from_micros(expires),
         )
 
+    @_reconnecting  # a dropped connection rolls the transaction back: sending it again is sound
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
         # Set-based: four DELETEs per chunk of ids, all in one transaction, counting what went
         # by thread key from RETURNING (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
