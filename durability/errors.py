@@ -29,7 +29,8 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── RunError                               the durable runner refused or failed an operation
     │   └── RunNotResumable                    a completed run, or nothing to resume from
     │       └── AlreadyResumed                 another worker resumed the run first
-    └── SweepError
+    ├── SweepError
+    └── NotebookError (RuntimeError)           a bundled notebook failed to execute
 """
 
 from __future__ import annotations
@@ -143,3 +144,7 @@ class AlreadyResumed(RunNotResumable):
 
 class SweepError(DurabilityError):
     """The checkpoint sweep failed; nothing after the failure point was deleted."""
+
+
+class NotebookError(DurabilityError, RuntimeError):
+    """A notebook of the bundle failed to execute; the partly executed copy was still written."""

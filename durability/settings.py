@@ -206,9 +206,13 @@ def declare_retention(
 
 
 def waiting_horizon(settings: Settings, declared: Retention | None = None) -> timedelta:
-    """How long a waiting thread lives after its newest checkpoint: declared, else the platform's."""
+    """How long a waiting thread lives after its newest checkpoint: declared, else the platform's.
+
+    The platform's value is also every thread's ceiling (seed 004): a value declared under a
+    longer platform setting that has since been lowered no longer outlives the platform's.
+    """
     if declared is not None and declared.waiting is not None:
-        return declared.waiting
+        return min(declared.waiting, settings.waiting_retention)
     return settings.waiting_retention
 
 
@@ -216,10 +220,10 @@ def finished_horizon(settings: Settings, declared: Retention | None = None) -> t
     """How long a finished thread lives after its mark.
 
     The declared finished value, else the platform's finished retention capped at the
-    thread's waiting horizon.
+    thread's waiting horizon; never longer than the platform's finished retention (its ceiling).
     """
     if declared is not None and declared.finished is not None:
-        return declared.finished
+        return min(declared.finished, settings.finished_retention)
     return min(settings.finished_retention, waiting_horizon(settings, declared))
 
 

@@ -120,6 +120,18 @@ def test_a_declaration_may_give_one_value() -> None:
     assert finished_horizon(PLATFORM, None) == timedelta(days=7)
 
 
+def test_the_platform_values_stay_every_threads_ceiling() -> None:
+    """A value declared under a longer platform setting no longer outlives a lowered one."""
+    declared = declare_retention(PLATFORM, waiting="20d", finished="5d")
+    lowered = PLATFORM.update(
+        waiting_retention=timedelta(days=10), finished_retention=timedelta(days=2)
+    )
+    assert waiting_horizon(lowered, declared) == timedelta(days=10)
+    assert finished_horizon(lowered, declared) == timedelta(days=2)
+    assert waiting_horizon(PLATFORM, declared) == timedelta(days=20)
+    assert finished_horizon(PLATFORM, declared) == timedelta(days=5)
+
+
 def test_mark_due_time_uses_the_retention_in_force_at_the_mark() -> None:
     """A mark's due time is fixed at the mark; a later settings change moves only new marks."""
     first = due_at(PLATFORM, None, NOW)

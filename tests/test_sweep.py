@@ -870,3 +870,63 @@ def test_the_cli_previews_with_dry_run_and_sweeps_with_json(tmp_path: Any) -> No
     assert bad.exit_code == 2
     assert "ISO 8601" in bad.output
     assert "Admin only" in runner.invoke(cli, ["sweep", "--help"]).output
+
+
+def test_a_mark_in_the_deployment_ledger_for_a_thread_on_a_per_run_store_deletes_only_the_mark(
+    target: StoreTarget, clock: FrozenClock, tmp_path: Any
+) -> None:
+    """Seed 004 "What a per-run provider means": the sweep's delete finds nothing there; the run's store keeps its rows."""
+    from durability.stores import open_store
+
+    with (
+        open_store(
+            f"sqlite:///{tmp_path / 'deployment.db'}", clock=clock, settings=SETTINGS
+        ) as deployment,
+        target.open(clock=clock, settings=SETTINGS) as per_run,
+    ):
+        per_run.put(Checkpoint(thread_id="flow-9/agent", state={"n": 1}))
+        deployment.record_run_start("flow-9/agent", run_id="flow-9", owner="flow:f")
+        deployment.mark_finished("flow-9/agent")
+        clock.advance(8 * DAY)
+        plan = plan_sweep(deployment)
+        assert [(r.thread_id, r.action, r.checkpoints) for r in plan.rows] == [
+            ("flow-9/agent", "delete", 0)
+        ]
+        result = sweep(deployment)
+        assert result.deleted["finished"][0].checkpoints == 0
+        assert deployment.thread("flow-9/agent") is None
+        assert per_run.has_thread("flow-9/agent"), "it leaves on its own store's waiting horizon"
+
+
+def test_a_declared_waiting_value_above_a_since_lowered_platform_value_is_capped(
+    target: StoreTarget, clock: FrozenClock
+) -> None:
+    """The platform's value is every thread's ceiling: a 20d declaration under a lowered 10d platform goes at 10d."""
+    with target.open(clock=clock, settings=SETTINGS) as store:
+        started(store, "declared-long", waiting="20d")
+        lowered = SETTINGS.update(waiting_retention="10d", finished_retention="7d")
+        clock.advance(10 * DAY)
+        row = plan_sweep(store, lowered).rows[0]
+        if not sweeps_waiting(store):
+            assert row.action == "skipped"
+            return
+        assert (row.action, row.due_at) == ("delete", T0 + 10 * DAY)
+        assert "platform waiting retention of 10d" in row.reason
+        assert row.declared_waiting == 20 * DAY
+
+
+def test_a_sweep_survives_the_server_dropping_its_connections(
+    target: StoreTarget, store: Store, clock: FrozenClock
+) -> None:
+    """Postgres and Redis: connections killed between sweeps are replaced; the read and the delete run again."""
+    if target.kill_connections is None:
+        pytest.skip(f"the {store.provider} store has no server connection to lose")
+    finished(store, "due", checkpoints=2)
+    clock.advance(8 * DAY)
+    assert plan_sweep(store).deletes()[0].thread_id == "due"
+    assert target.kill_connections() > 0
+    assert plan_sweep(store).deletes()[0].thread_id == "due"
+    target.kill_connections()
+    result = sweep(store)
+    assert result.deleted_ids() == ["due"]
+    assert result.checkpoints() == 2

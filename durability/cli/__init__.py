@@ -9,7 +9,19 @@ from __future__ import annotations
 import click
 
 from durability._version import __version__
-from durability.cli import demo, ops, outbox, plane, restore, runs, store, sweep, threads
+from durability.cli import (
+    demo,
+    lab,
+    ops,
+    outbox,
+    plane,
+    report,
+    restore,
+    runs,
+    store,
+    sweep,
+    threads,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -22,7 +34,7 @@ def cli() -> None:
     """
 
 
-for module in (demo, store, threads, runs, restore, outbox, plane, sweep, ops):
+for module in (demo, lab, report, store, threads, runs, restore, outbox, plane, sweep, ops):
     module.register(cli)
 
 

@@ -1,8 +1,7 @@
-"""``durability demo``: write a demo store of real checkpoints and show what is in it."""
+"""``durability demo``: the main job — the demo fleet, its plane, and the notebooks executed on it."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from pathlib import Path
 
@@ -22,63 +21,71 @@ def register(cli: click.Group) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("durability-out"),
     show_default=True,
-    help="Folder for the demo store.",
+    help="Folder for the demo stores, the plane's database, executed notebooks and charts.",
+)
+@click.option(
+    "--notebooks/--no-notebooks",
+    default=True,
+    show_default=True,
+    help="Execute the three notebooks on the demo (headless).",
 )
 @json_option
-def demo(out: Path, as_json: bool) -> None:
-    """Build a demo store on the embedded SQLite default and print what is in it."""
+def demo(out: Path, notebooks: bool, as_json: bool) -> None:
+    """Build the demo fleet, replicate it to a plane on loopback, lose and restore a store,
+    then execute the notebooks on it.
+
+    The fleet: six weeks of real runs on the embedded SQLite default (completed, failed,
+    stopped and parked runs, conversations with idle gaps, flows owning session threads), drained
+    to the project's plane served on 127.0.0.1 (a maintenance window, oversized rows the plane
+    refuses and quarantined). An edge worker's store is deleted and one of its runs restored
+    from the plane. Executed notebooks go to OUT/notebooks, their charts to OUT/charts.
+    """
     import durability
-    from durability.clock import FrozenClock
-    from durability.demo import DEMO_START, build_demo
+    from durability.demo import build_fleet, run_notebooks
+    from durability.replication import outbox_status
     from durability.runs import list_runs
 
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "demo.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
-    clock = FrozenClock(DEMO_START)
-    with friendly_errors(), durability.open(url, clock=clock, single_worker=True) as store:
-        runs_log = logging.getLogger("durability.runs")
-        level = runs_log.level
-        runs_log.setLevel(logging.ERROR)  # the demo's failed runs fail on purpose
-        try:
-            build_demo(store, clock)
-        finally:
-            runs_log.setLevel(level)
-        records = list(store.iter_threads())
-        parks = store.parks()
-        statuses = Counter(r.status for r in list_runs(store))
+    with friendly_errors(), build_fleet(out) as fleet:
+        with durability.open(fleet.store_url) as store:
+            records = list(store.iter_threads())
+            statuses = Counter(r.status for r in list_runs(store))
+            (status,) = outbox_status(store)
+        executed = run_notebooks(fleet) if notebooks else []
+    summary = {
+        "url": fleet.store_url,
+        "edge_url": fleet.edge_url,
+        "threads": len(records),
+        "checkpoints": sum(r.checkpoints for r in records),
+        "parks": statuses.get("parked", 0),
+        "runs": dict(statuses),
+        "outbox": {
+            "pending": status.pending,
+            "synced": status.synced,
+            "quarantined": status.quarantined,
+        },
+        "lost_threads": fleet.lost_threads,
+        "restored_thread": fleet.restored_thread,
+        "notebooks": [{"path": str(e.path), "seconds": round(e.seconds, 1)} for e in executed],
+        "charts": sorted(str(p) for p in (out / "charts").glob("*.png")),
+    }
     if as_json:
-        print_json(
-            {"url": url, "threads": len(records), "parks": len(parks), "runs": dict(statuses)}
-        )
+        print_json(summary)
         return
-    click.echo(f"demo store: {url}")
-    print_table(
-        ["thread", "checkpoints", "bytes", "newest", "owner", "finished", "due"],
-        [
-            (
-                r.thread_id,
-                r.checkpoints,
-                r.size_bytes,
-                r.newest_at,
-                r.owner,
-                r.finished_at,
-                r.due_at,
-            )
-            for r in records
-        ],
+    click.echo(f"demo store: {fleet.store_url}  ({fleet.start:%Y-%m-%d} to {fleet.end:%Y-%m-%d})")
+    click.echo(
+        f"{summary['threads']} threads, {summary['checkpoints']} checkpoints; runs: "
+        + ", ".join(f"{count} {s}" for s, count in sorted(statuses.items()))
     )
     click.echo(
-        f"\n{len(records)} threads, {sum(r.checkpoints for r in records)} checkpoints, {len(parks)} parked runs"
+        f"replicated to the plane ({fleet.plane.db_url}): {status.synced} synced, "
+        f"{status.quarantined} quarantined (refused by the plane), {status.pending} pending"
     )
     click.echo(
-        "runs: " + ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+        f"edge store lost and restored: {fleet.edge_url} — {fleet.restored_thread} restored and "
+        f"resumed; {len(fleet.lost_threads)} threads still only on the plane"
     )
-    click.echo(f"explore it: durability runs {url}")
-    if parks:
-        click.echo(
-            f"answer a parked run: durability resume {url} {parks[0].thread_id} --single-worker "
-            "--runner durability.demo:publish --value '{\"approved\": true}'"
-        )
+    if executed:
+        print_table(["notebook", "seconds"], [(e.path, f"{e.seconds:.1f}") for e in executed])
+        click.echo(f"charts: {(out / 'charts').resolve()}")
+    click.echo(f"open the notebooks in JupyterLab: durability lab --out {out}")
+    click.echo(f"or as a static page: durability report {fleet.store_url} --out {out / 'report'}")

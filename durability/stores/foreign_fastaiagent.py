@@ -37,15 +37,25 @@ declared retention or finished mark.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection as SAConnection
 
+from durability.clock import from_micros, to_micros
 from durability.model import COMPLETED, Checkpoint, OutboxEntry, Park, ThreadRecord
-from durability.stores.base import ThreadPage
+from durability.stores.base import (
+    CHECKPOINT_COLUMNS,
+    THREAD_COLUMNS,
+    Columns,
+    ThreadPage,
+    column_chunks,
+    thread_row,
+)
 from durability.stores.foreign import ForeignStore, Row, WrittenRow, parse_time
 
 _JSON_FIELDS = (
@@ -268,6 +278,99 @@ class FastAIAgentStore(ForeignStore):
             )
             for r in rows
         ]
+
+    # ---- analysis reads
+
+    def _scalar_rows(self, thread_id: str | None) -> list[Any]:
+        """Every checkpoint's scalar columns by thread and write order; the JSON is never parsed."""
+        self.ready()
+        sql = (
+            "SELECT execution_id, checkpoint_id, seq, node_id, node_index, step_type, status, "  # noqa: S608
+            f"created_at, size_bytes, synced, sync_error, chain_name FROM ({self._base}) AS c"
+            + (" WHERE execution_id = :t" if thread_id is not None else "")
+            + " ORDER BY execution_id, seq"
+        )
+        with self.read("read checkpoint columns") as conn:
+            return list(conn.execute(sa.text(sql), {"t": thread_id}))
+
+    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+        rows = (
+            (
+                r.execution_id,
+                "",
+                r.execution_id,
+                r.checkpoint_id,
+                int(r.seq),
+                r.node_id or "",
+                int(r.node_index or 0),
+                r.step_type,
+                r.status or COMPLETED,
+                _micros(r.created_at),
+                int(r.size_bytes or 0),
+                bool(r.synced),
+                r.sync_error,
+                r.chain_name or "",
+            )
+            for r in self._scalar_rows(thread_id)
+        )
+        return column_chunks(CHECKPOINT_COLUMNS, rows, chunk_size)
+
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        def rows() -> Iterator[tuple[Any, ...]]:
+            for thread_id, group in itertools.groupby(
+                self._scalar_rows(None), key=lambda r: r.execution_id
+            ):
+                members = list(group)
+                points = [
+                    (int(r.seq), _micros(r.created_at), r.status or COMPLETED, r.execution_id)
+                    for r in members
+                ]
+                known = [p[1] for p in points if p[1] is not None]
+                record = ThreadRecord(
+                    thread_id=thread_id,
+                    run_id=thread_id,
+                    checkpoints=len(members),
+                    size_bytes=sum(int(r.size_bytes or 0) for r in members),
+                    newest_at=from_micros(max(known)) if known else None,
+                )
+                yield thread_row(record, points)
+
+        return column_chunks(THREAD_COLUMNS, rows(), chunk_size)
+
+    def _run_end_outputs(self, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+        """A run end's record: the SDK keeps ``run_status`` / ``run_error`` in its state.
+
+        Only these rows' JSON is parsed, and only their ``run_*`` keys are kept.
+        """
+        self.ready()
+        found: dict[tuple[str, str, str], Any] = {}
+        sql = (
+            f"SELECT node_output, state_snapshot FROM ({self._base}) AS c "  # noqa: S608
+            "WHERE execution_id = :t AND checkpoint_id = :c"
+        )
+        with self.read("read run ends") as conn:
+            for key in keys:
+                thread_id, namespace, checkpoint_id = key
+                row = (
+                    None
+                    if namespace
+                    else conn.execute(sa.text(sql), {"t": thread_id, "c": checkpoint_id}).first()
+                )
+                if row is None:
+                    continue
+                state, output = _json(row.state_snapshot)[0], _json(row.node_output)[0]
+                record = (
+                    {k: v for k, v in state.items() if k.startswith("run_")}
+                    if isinstance(state, dict)
+                    else {}
+                )
+                found[key] = {**record, **(output if isinstance(output, dict) else {})}
+        return found
+
+
+def _micros(value: Any) -> int | None:
+    parsed = parse_time(value)
+    return None if parsed is None else to_micros(parsed)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -11,24 +11,32 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar
 
+from durability.clock import to_micros
 from durability.errors import CheckpointConflict, LeaseHeld, LeaseLost, ParkRefused
 from durability.model import Deleted, Lease, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import (
+    CHECKPOINT_COLUMNS,
+    THREAD_COLUMNS,
     Capabilities,
     CheckpointKey,
+    Columns,
     EncodedCheckpoint,
     EncodedWrite,
     Store,
     ThreadPage,
+    column_chunks,
     conflict_message,
     lease_held_message,
     lease_lost_message,
     park_exists_message,
+    row_scalars,
+    thread_row,
 )
 
 
@@ -316,6 +324,32 @@ class MemoryStore(Store):
     def _parks(self) -> list[Park]:
         with self._data.lock:
             return list(self._data.parks.values())
+
+    # ---- analysis reads
+
+    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+        with self._data.lock:
+            names = [thread_id] if thread_id is not None else list(self._data.rows)
+            rows = [r for name in names for r in self._data.rows.get(name, ())]
+        # Memory keeps no outbox: synced and sync_error are unknown.
+        scalars = ((*row_scalars(r)[:11], None, None, r.runner) for r in rows)
+        return column_chunks(CHECKPOINT_COLUMNS, scalars, chunk_size)
+
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        with self._data.lock:
+            names = set(self._data.rows) | set(self._data.ledger)
+            found = [
+                (
+                    self._record(name),
+                    [
+                        (r.seq or 0, to_micros(r.created_at), r.status, r.run_id)
+                        for r in self._data.rows.get(name, ())
+                    ],
+                )
+                for name in names
+            ]
+        rows = (thread_row(record, points) for record, points in found if record is not None)
+        return column_chunks(THREAD_COLUMNS, rows, chunk_size)
 
 
 def _utf8_len(text: str) -> int:

@@ -72,8 +72,11 @@ from durability.model import Deleted, Lease, OutboxEntry, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores import redis_lua as lua
 from durability.stores.base import (
+    CHECKPOINT_COLUMNS,
+    THREAD_COLUMNS,
     Capabilities,
     CheckpointKey,
+    Columns,
     Connection,
     EncodedCheckpoint,
     EncodedWrite,
@@ -81,11 +84,13 @@ from durability.stores.base import (
     Store,
     ThreadPage,
     cap_bytes,
+    column_chunks,
     conflict_message,
     lease_held_message,
     lease_lost_message,
     park_exists_message,
     redact_url,
+    thread_row,
 )
 
 T = TypeVar("T")
@@ -1094,6 +1099,77 @@ class RedisStore(Store):
             data = orjson.loads(value)
             found.append(Connection(project.decode(), data["target"], from_micros(data["at"])))
         return found
+
+    # ---- analysis reads
+
+    def _analysis_threads(self, thread_id: str | None) -> Iterator[tuple[dict[str, bytes], Any]]:
+        """Each thread's ledger fields and ANALYSIS_THREAD answer: tags by ZSCAN, scripts pipelined."""
+        if thread_id is not None:
+            tags = [thread_tag(thread_id)]
+        else:
+            tags = self._run(
+                "list threads",
+                lambda _r: [
+                    m.decode() for m, _ in self._client.zscan_iter(self._k_threads, count=1000)
+                ],
+            )
+        for start in range(0, len(tags), 500):
+            batch = tags[start : start + 500]
+            raw = self._eval_many(
+                "read thread columns", "ANALYSIS_THREAD", [(t, []) for t in batch], write=False
+            )
+            for answer in raw:
+                fields = _pairs(answer[0])
+                if "id" in fields and (thread_id is None or fields["id"].decode() == thread_id):
+                    yield fields, answer
+
+    def _checkpoint_columns(self, thread_id: str | None, chunk_size: int) -> Iterator[Columns]:
+        def rows() -> Iterator[tuple[Any, ...]]:
+            for _fields, answer in self._analysis_threads(thread_id):
+                pending, synced = _pairs(answer[2]), _pairs(answer[3])
+                heads = answer[1]
+                for j in range(0, len(heads), 2):
+                    seq = heads[j].decode()
+                    head = dict(zip(_SCALARS, orjson.loads(heads[j + 1]), strict=False))
+                    if "h" + seq in pending:
+                        reason = pending.get("q" + seq)
+                        state: tuple[bool | None, str | None] = (
+                            reason is not None,
+                            None if reason is None else reason.decode(),
+                        )
+                    else:
+                        state = (True, None) if "h" + seq in synced else (None, None)
+                    yield (
+                        head["thread_id"],
+                        head["namespace"],
+                        head["run_id"],
+                        head["checkpoint_id"],
+                        int(seq),
+                        head["node_id"],
+                        head["step"],
+                        head["step_type"],
+                        head["status"],
+                        head["created_at"],
+                        head["size_bytes"],
+                        *state,
+                        head["runner"],
+                    )
+
+        return column_chunks(CHECKPOINT_COLUMNS, rows(), chunk_size)
+
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        status, run_id, created = (_SCALARS.index(n) for n in ("status", "run_id", "created_at"))
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            for fields, answer in self._analysis_threads(None):
+                heads = answer[1]
+                points = []
+                for j in range(0, len(heads), 2):
+                    head = orjson.loads(heads[j + 1])
+                    points.append((int(heads[j]), head[created], head[status], head[run_id]))
+                yield thread_row(_record(fields, len(points)), points)
+
+        return column_chunks(THREAD_COLUMNS, rows(), chunk_size)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -1,0 +1,89 @@
+"""``durability report``: the notebooks' charts and tables as a static HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from durability.cli._common import (
+    ENV_PLANE_KEY,
+    ENV_PLANE_URL,
+    friendly_errors,
+    open_store,
+    url_argument,
+)
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``report`` command."""
+    cli.add_command(report)
+
+
+@click.command()
+@url_argument
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("durability-out/report"),
+    show_default=True,
+    help="Folder for index.html and its charts (PNG).",
+)
+@click.option("--now", default=None, help="The sweep's 'now' (ISO 8601); default: now.")
+@click.option(
+    "--proposed-waiting",
+    default="7d",
+    show_default=True,
+    help="A shorter waiting retention to compare.",
+)
+@click.option(
+    "--proposed-finished",
+    default="2d",
+    show_default=True,
+    help="A shorter finished retention to compare.",
+)
+@click.option(
+    "--plane",
+    default=None,
+    envvar=ENV_PLANE_URL,
+    help=f"Add the plane's run health (key from {ENV_PLANE_KEY}).",
+)
+def report(
+    url: str,
+    out: Path,
+    now: str | None,
+    proposed_waiting: str,
+    proposed_finished: str,
+    plane: str | None,
+) -> None:
+    """Write the notebooks' charts and tables for the store at URL as OUT/index.html.
+
+    Threads and their owners, run health, what reached the plane and what is stuck (quarantined
+    rows with the plane's reason, the backlog over time), what the next sweep deletes and why,
+    and what the proposed shorter retention would cost. Reads only.
+    """
+    import os
+
+    from durability.clock import parse_aware
+    from durability.report import write_report
+
+    with friendly_errors(), open_store(url) as store:
+        client = None
+        if plane:
+            from durability.replication import PlaneClient
+
+            key = os.environ.get(ENV_PLANE_KEY, "")
+            if not key:
+                raise click.ClickException(
+                    f"cannot read the plane {plane}: set {ENV_PLANE_KEY} to its API key"
+                )
+            client = PlaneClient(plane, key)
+        path = write_report(
+            store,
+            out,
+            now=parse_aware(now) if now else None,
+            proposed_waiting=proposed_waiting,
+            proposed_finished=proposed_finished,
+            plane=client,
+        )
+    click.echo(f"report: {path.resolve()}")

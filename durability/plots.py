@@ -1,0 +1,356 @@
+"""Charts of the analysis frames, as matplotlib figures.
+
+Every function takes frames (:mod:`durability.frames`, :mod:`durability.simulate`) and returns
+a :class:`matplotlib.figure.Figure` (a :class:`Chart`) built with the object API: no pyplot
+state, nothing shown, so the same call works in a notebook (the figure displays itself as a
+PNG), a headless report
+(``fig.savefig("chart.png")``) and a test. Layouts are constrained (labels never overlap),
+dates use matplotlib's concise formatter and are UTC, durations are in the unit that reads
+best (minutes, hours or days) and bytes in binary units (KiB, MiB, GiB). An empty frame gives a
+figure that says "no data" instead of failing.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from durability import simulate
+from durability.settings import Settings, format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+#: The text of the figure an empty frame gets.
+NO_DATA = "no data"
+
+#: Colours of run and thread statuses (anything else is grey).
+STATUS_COLOURS = {
+    "completed": "tab:green",
+    "failed": "tab:red",
+    "interrupted": "tab:orange",
+    "parked": "tab:orange",
+    "running": "tab:blue",
+    "stopped": "tab:purple",
+}
+HORIZON_COLOURS = {"finished": "tab:blue", "waiting": "tab:orange"}
+_CURRENT: dict[str, Any] = {"color": "tab:red", "linestyle": "--", "linewidth": 1.5}
+
+_UNITS = (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0), ("seconds", 1.0))
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class Chart(Figure):
+    """A :class:`~matplotlib.figure.Figure` that IPython shows as a PNG.
+
+    A figure built without pyplot has no display formatter in a kernel (it would show as
+    ``<Figure size …>``); this one renders itself, whatever the backend.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png")
+        return buffer.getvalue()
+
+
+def human_bytes(value: float) -> str:
+    """``1536`` -> ``1.5 KiB``; what the bytes axes show."""
+    size = float(value)
+    for unit in _BYTE_UNITS:
+        if abs(size) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def duration_unit(longest: timedelta | pd.Timedelta | None) -> tuple[str, float]:
+    """The unit (name, seconds) durations up to ``longest`` read best in."""
+    seconds = 0.0 if longest is None or pd.isna(longest) else pd.Timedelta(longest).total_seconds()
+    for name, size in _UNITS:
+        if seconds >= 2 * size:
+            return name, size
+    return "seconds", 1.0
+
+
+def _figure(title: str, rows: int = 1, *, sharex: bool = False, height: float = 3.2) -> Figure:
+    fig = Chart(figsize=(9, height * rows + 0.6), layout="constrained")
+    fig.suptitle(title, fontsize="large", fontweight="bold")
+    fig.subplots(rows, 1, sharex=sharex, squeeze=False)
+    return fig
+
+
+def _no_data(title: str, why: str = NO_DATA) -> Figure:
+    fig = Chart(figsize=(9, 3), layout="constrained")
+    fig.suptitle(title, fontsize="large", fontweight="bold")
+    ax = fig.subplots()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, why, ha="center", va="center", fontsize="x-large", color="grey")
+    return fig
+
+
+def _utc(values: Any) -> np.ndarray[Any, Any]:
+    """Aware datetimes as naive UTC datetime64, which matplotlib's date axis reads."""
+    series = pd.to_datetime(pd.Series(values), utc=True)
+    return np.asarray(series.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]"))
+
+
+def _date_axis(ax: Axes, label: str = "time (UTC)") -> None:
+    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    ax.set_xlabel(label)
+
+
+def bytes_unit(largest: float) -> tuple[str, float]:
+    """The binary unit (name, size) byte counts up to ``largest`` read best in."""
+    size = 1.0
+    for unit in _BYTE_UNITS:
+        if abs(largest) < 1024 * size or unit == _BYTE_UNITS[-1]:
+            return unit, size
+        size *= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _count_axis(ax: Axes, label: str) -> None:
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(label)
+    ax.set_ylim(bottom=0)
+
+
+def _in_unit(values: Any, size: float) -> np.ndarray[Any, Any]:
+    seconds = pd.to_timedelta(pd.Series(values)).dt.total_seconds()
+    return np.asarray(seconds.to_numpy(dtype=float) / size)
+
+
+# ---------------------------------------------------------------------------- backlog
+
+
+def backlog(backlog_df: pd.DataFrame, *, title: str = "Outbox backlog") -> Figure:
+    """Pending outbox rows and the age of the oldest one over time, in two panels.
+
+    ``backlog_df`` is ``frames.backlog(store)`` or ``simulate.outage_backlog(...)``; a
+    simulated outage (``attrs["outage_start"]``/``["outage_end"]``) is shaded.
+    """
+    if backlog_df.empty:
+        return _no_data(title)
+    fig = _figure(title, 2, sharex=True)
+    top, bottom = fig.axes
+    times = _utc(backlog_df["time"])
+    top.plot(times, backlog_df["pending"].to_numpy(), drawstyle="steps-post", color="tab:blue")
+    top.set_title("Rows waiting to replicate")
+    _count_axis(top, "pending rows")
+    ages = pd.to_timedelta(backlog_df["oldest_pending_age"])
+    unit, size = duration_unit(ages.max())
+    bottom.plot(times, np.nan_to_num(_in_unit(ages, size)), drawstyle="steps-post", color="tab:red")
+    bottom.set_title("Age of the oldest pending row")
+    bottom.set_ylabel(f"age ({unit})")
+    bottom.set_ylim(bottom=0)
+    _date_axis(bottom)
+    if "outage_start" in backlog_df.attrs and "outage_end" in backlog_df.attrs:
+        span = _utc([backlog_df.attrs["outage_start"], backlog_df.attrs["outage_end"]])
+        for ax in (top, bottom):
+            ax.axvspan(span[0], span[1], color="grey", alpha=0.2, label="plane outage")
+        top.legend(loc="upper right")
+    return fig
+
+
+# ---------------------------------------------------------------------------- retention
+
+
+def _waiting_days(values: Sequence[timedelta | str | float]) -> list[timedelta]:
+    """Waiting values; a bare number is days."""
+    return [
+        timedelta(days=float(v))
+        if isinstance(v, int | float)
+        else parse_duration(v, name="waiting")
+        for v in values
+    ]
+
+
+def retention_curve(
+    threads: pd.DataFrame,
+    waitings: Sequence[timedelta | str | float],
+    current: simulate.Policy | Settings | timedelta | None = None,
+    *,
+    finished: timedelta | None = None,
+    now: datetime | None = None,
+) -> Figure:
+    """Threads and bytes a sweep at ``now`` would keep, against the waiting value.
+
+    Args:
+        threads: ``frames.threads(store)``.
+        waitings: the waiting values to try (timedeltas, duration texts, or numbers of days).
+        current: the setting in force, marked on both panels (a policy, settings or a waiting
+            value); its finished value is used for every point unless ``finished`` is given.
+        finished: the finished value for every point (default the current one, else 7 days),
+            capped at each waiting value.
+        now: when the sweep runs (default: now).
+    """
+    title = "Retention planning: what a sweep keeps"
+    values = sorted(_waiting_days(waitings))
+    if threads.empty or not values:
+        return _no_data(title)
+    marked = None if current is None else simulate.as_policy(current)
+    finish = finished or (marked.finished if marked is not None else None)
+    at = (now or datetime.now(UTC)).astimezone(UTC)
+    policies = [simulate.as_policy(w, finished=finish) for w in values]
+    kept = simulate.kept(threads, policies, at)
+    days = np.array([w.total_seconds() / 86_400 for w in values])
+    fig = _figure(f"{title} on {at:%Y-%m-%d %H:%M} UTC", 2, sharex=True)
+    top, bottom = fig.axes
+    top.plot(days, kept["kept_threads"].to_numpy(), marker="o", color="tab:blue")
+    top.set_title(f"Threads kept (of {len(threads):,})")
+    _count_axis(top, "threads kept")
+    total = float(threads["size_bytes"].sum())
+    unit, size = bytes_unit(total)
+    bottom.plot(days, kept["kept_bytes"].to_numpy() / size, marker="o", color="tab:green")
+    bottom.set_title(f"Bytes kept (of {human_bytes(total)})")
+    bottom.set_ylabel(f"bytes kept ({unit})")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("waiting retention (days)")
+    if marked is not None:
+        x = marked.waiting.total_seconds() / 86_400
+        for ax in (top, bottom):
+            ax.axvline(x, **_CURRENT, label=f"current: {format_duration(marked.waiting)}")
+        top.legend(loc="lower right")
+    return fig
+
+
+def idle_gaps(threads: pd.DataFrame, waiting: timedelta | str | simulate.Policy) -> Figure:
+    """The distribution of each thread's longest idle gap, with the waiting horizon drawn.
+
+    Threads to the right of the line would have been deleted between two of their turns by a
+    sweep with that waiting value (see :func:`durability.simulate.lost_conversations`).
+    """
+    title = "Longest idle gap per thread"
+    gaps = pd.to_timedelta(threads["max_idle_gap"]).dropna() if len(threads) else pd.Series()
+    if gaps.empty:
+        return _no_data(title)
+    horizon = simulate.as_policy(waiting).waiting
+    unit, size = duration_unit(max(gaps.max(), pd.Timedelta(horizon)))
+    values = _in_unit(gaps, size)
+    beyond = len(simulate.lost_conversations(threads, horizon))  # declared values cap it
+    fig = _figure(title)
+    ax = fig.axes[0]
+    ax.hist(values, bins=min(40, max(5, len(values) // 2)), color="tab:blue", alpha=0.8)
+    ax.axvline(
+        horizon.total_seconds() / size, **_CURRENT, label=f"waiting {format_duration(horizon)}"
+    )
+    ax.set_title(f"{beyond} of {len(gaps):,} threads idle longer than their waiting horizon")
+    ax.set_xlabel(f"longest gap between consecutive checkpoints ({unit})")
+    _count_axis(ax, "threads")
+    ax.legend(loc="upper right")
+    return fig
+
+
+# ---------------------------------------------------------------------------- sweep timeline
+
+
+def sweep_timeline(daily_df: pd.DataFrame, *, policy: str | None = None) -> Figure:
+    """The daily sweeps of :func:`durability.simulate.daily`: what remains, what goes by horizon.
+
+    Top: threads remaining after each sweep, one line per policy. Bottom: threads deleted each
+    day, finished and waiting horizons stacked, for ``policy`` (a label; default the first).
+    """
+    title = "Sweep timeline"
+    if daily_df.empty:
+        return _no_data(title)
+    labels = list(dict.fromkeys(daily_df["policy"].tolist()))
+    chosen = policy if policy is not None else labels[0]
+    if chosen not in labels:
+        raise ValueError(
+            f"cannot draw the sweep timeline of policy {chosen!r}: the frame holds {labels}; "
+            "pass one of those labels"
+        )
+    fig = _figure(title, 2, sharex=True)
+    top, bottom = fig.axes
+    for label in labels:
+        rows = daily_df[daily_df["policy"] == label]
+        top.plot(_utc(rows["day"]), rows["remaining_threads"].to_numpy(), label=label)
+    top.set_title("Threads remaining after each daily sweep")
+    _count_axis(top, "threads")
+    if len(labels) <= 12:
+        top.legend(loc="best", fontsize="small")
+    rows = daily_df[daily_df["policy"] == chosen]
+    days = _utc(rows["day"])
+    finished = rows["deleted_finished_threads"].to_numpy()
+    waiting = rows["deleted_waiting_threads"].to_numpy()
+    bottom.bar(days, finished, width=0.8, color=HORIZON_COLOURS["finished"], label="finished")
+    bottom.bar(
+        days, waiting, width=0.8, bottom=finished, color=HORIZON_COLOURS["waiting"], label="waiting"
+    )
+    bottom.set_title(f"Threads deleted per day by horizon: {chosen}")
+    _count_axis(bottom, "threads deleted")
+    bottom.legend(loc="upper right", title="horizon")
+    _date_axis(bottom, "sweep day (UTC)")
+    return fig
+
+
+# ---------------------------------------------------------------------------- run health
+
+
+def run_health(runs_df: pd.DataFrame) -> Figure:
+    """Runs started per day by status, and each runner's runs by status (``frames.runs``)."""
+    title = "Run health"
+    if runs_df.empty:
+        return _no_data(title)
+    runs = runs_df.assign(
+        status=runs_df["status"].astype("string").fillna("unknown"),
+        day=pd.to_datetime(runs_df["started_at"], utc=True).dt.floor("D"),
+        runner=runs_df["runner"].astype("string").fillna("?"),
+    )
+    statuses = sorted(runs["status"].unique(), key=lambda s: (s not in STATUS_COLOURS, s))
+    fig = _figure(title, 2, height=3.0)
+    top, bottom = fig.axes
+    per_day = runs.dropna(subset=["day"]).pivot_table(
+        index="day", columns="status", values="run_id", aggfunc="count", fill_value=0
+    )
+    base = np.zeros(len(per_day))
+    for status in statuses:
+        counts = per_day[status].to_numpy() if status in per_day else np.zeros(len(per_day))
+        colour = STATUS_COLOURS.get(status, "tab:grey")
+        top.bar(_utc(per_day.index), counts, width=0.8, bottom=base, color=colour, label=status)
+        base = base + counts
+    top.set_title("Runs started per day")
+    _count_axis(top, "runs")
+    _date_axis(top, "day (UTC)")
+    top.legend(loc="upper left", fontsize="small", title="status")
+    per_runner = runs.pivot_table(
+        index="runner", columns="status", values="run_id", aggfunc="count", fill_value=0
+    )
+    left = np.zeros(len(per_runner))
+    for status in statuses:
+        counts = per_runner[status].to_numpy() if status in per_runner else np.zeros(len(left))
+        colour = STATUS_COLOURS.get(status, "tab:grey")
+        bottom.barh(per_runner.index.tolist(), counts, left=left, color=colour, label=status)
+        left = left + counts
+    bottom.set_title("Runs per runner by status")
+    bottom.set_xlabel("runs")
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bottom.set_ylabel("runner")
+    return fig
+
+
+__all__ = [
+    "NO_DATA",
+    "Chart",
+    "backlog",
+    "bytes_unit",
+    "duration_unit",
+    "human_bytes",
+    "idle_gaps",
+    "retention_curve",
+    "run_health",
+    "sweep_timeline",
+]

@@ -1,0 +1,233 @@
+"""A static HTML page of the notebooks' charts and tables, for people not using Jupyter.
+
+:func:`write_report` reads a store through the same frames, plots, sweep plan and simulation
+the notebooks use, and writes ``index.html`` with the charts as PNG files beside it (so the
+page works offline and the pictures can be reused)::
+
+    from durability.report import write_report
+
+    with durability.open("sqlite:///durability-out/demo.db") as store:
+        write_report(store, Path("durability-out/report"))
+
+``durability report URL --out DIR`` is the command. Nothing in the store is changed.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from durability.errors import DurabilityError
+from durability.settings import Settings, format_duration, parse_duration
+from durability.stores.base import Store, redact_url
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Longest table the page shows (the rest is counted, not listed).
+MAX_ROWS = 50
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
+h1 { font-size: 1.6rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.8rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: left; }
+th { background: #f4f4f4; } img { max-width: 100%; margin: 0.8rem 0; }
+.note { color: #555; }
+"""
+
+
+@dataclass
+class Section:
+    """One part of the page: a title, an explanation, then charts and tables in order."""
+
+    title: str
+    text: str
+    parts: list[str] = field(default_factory=list)
+
+    def table(self, frame: pd.DataFrame, caption: str = "") -> None:
+        more = len(frame) - MAX_ROWS
+        body = frame.head(MAX_ROWS).to_html(index=False, na_rep="", border=0, escape=True)
+        note = f'<p class="note">… and {more} more rows</p>' if more > 0 else ""
+        head = f"<h3>{html.escape(caption)}</h3>" if caption else ""
+        self.parts.append(head + body + note)
+
+    def note(self, text: str) -> None:
+        self.parts.append(f'<p class="note">{html.escape(text)}</p>')
+
+    def html(self) -> str:
+        return f"<h2>{html.escape(self.title)}</h2><p>{html.escape(self.text)}</p>" + "".join(
+            self.parts
+        )
+
+
+class _Page:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.sections: list[Section] = []
+
+    def section(self, title: str, text: str) -> Section:
+        self.sections.append(Section(title, text))
+        return self.sections[-1]
+
+    def chart(self, section: Section, fig: Any, name: str, alt: str) -> None:
+        import matplotlib.pyplot as plt
+
+        fig.savefig(self.out / f"{name}.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        section.parts.append(f'<img src="{name}.png" alt="{html.escape(alt)}">')
+
+
+def write_report(
+    store: Store,
+    out: Path,
+    *,
+    settings: Settings | None = None,
+    now: datetime | None = None,
+    proposed_waiting: str = "7d",
+    proposed_finished: str = "2d",
+    plane: Any = None,
+) -> Path:
+    """Write ``out/index.html`` and its charts (PNG) for ``store``; returns the page's path.
+
+    ``settings`` are the retention values in force (default: from the environment), ``now``
+    the sweep's "now" (default: the store's clock), ``proposed_*`` the shorter values the page
+    compares them with, ``plane`` a :class:`~durability.replication.PlaneClient` whose run
+    health is added. A section the store cannot answer (a store without an outbox) says so.
+    """
+    import durability.frames as frames
+    import durability.plots as plots
+    import durability.simulate as simulate
+    import durability.sweep as sweep
+
+    settings = settings or Settings.from_env()
+    at = now or store.clock()
+    out.mkdir(parents=True, exist_ok=True)
+    page = _Page(out)
+
+    threads = frames.threads(store, now=at)
+    s = page.section(
+        "Threads",
+        f"{len(threads)} threads holding {int(threads.checkpoints.sum())} checkpoints "
+        f"({int(threads.size_bytes.sum()):,} bytes). A thread is one conversation, flow session "
+        "or agent session.",
+    )
+    if len(threads):
+        s.table(
+            threads.groupby("owner", dropna=False)
+            .agg(
+                threads=("thread_id", "size"),
+                checkpoints=("checkpoints", "sum"),
+                finished=("finished_at", "count"),
+            )
+            .reset_index(),
+            "by owner",
+        )
+
+    runs = frames.runs(store)
+    s = page.section(
+        "Runs",
+        "How each run ended: completed, failed (with its reason), or parked on a human answer.",
+    )
+    if len(runs):
+        s.table(runs.groupby(["runner", "status"], observed=True).size().reset_index(name="runs"))
+        page.chart(s, plots.run_health(runs), "run_health", "runs by status over time")
+
+    s = page.section(
+        "Replication",
+        "Synced rows reached the plane; pending rows wait for it; quarantined rows were refused "
+        "by the plane, with its reason.",
+    )
+    try:
+        outbox = frames.outbox(store, now=at)
+    except DurabilityError as exc:
+        s.note(f"this store keeps no outbox: {exc}")
+    else:
+        s.table(
+            outbox.groupby("state", observed=True)
+            .agg(rows=("checkpoint_id", "size"), bytes=("size_bytes", "sum"))
+            .reset_index()
+        )
+        stuck = outbox[outbox.state == "quarantined"]
+        if len(stuck):
+            s.table(
+                stuck[["thread_id", "checkpoint_id", "size_bytes", "sync_error"]], "quarantined"
+            )
+        if len(outbox):
+            page.chart(
+                s, plots.backlog(frames.backlog(store, freq="6h")), "backlog", "backlog over time"
+            )
+    if plane is not None:
+        plane_runs = frames.plane_runs(plane)
+        s.table(
+            plane_runs.groupby("status", observed=True).size().reset_index(name="runs"),
+            "runs on the plane",
+        )
+
+    proposed = settings.update(
+        waiting_retention=proposed_waiting, finished_retention=proposed_finished
+    )
+    s = page.section(
+        "Retention",
+        f"The next sweep at {at:%Y-%m-%d %H:%M} UTC with waiting "
+        f"{format_duration(settings.waiting_retention)} and finished "
+        f"{format_duration(settings.finished_retention)}: what it deletes and why, and what "
+        f"waiting {proposed_waiting} / finished {proposed_finished} would cost.",
+    )
+    try:
+        plan = sweep.plan_sweep(store, settings, at)
+    except DurabilityError as exc:
+        s.note(f"the sweep cannot plan on this store: {exc}")
+    else:
+        rows = plan.to_frame()
+        s.table(
+            rows.groupby(["horizon", "action"])
+            .agg(threads=("thread_id", "size"), bytes=("size_bytes", "sum"))
+            .reset_index(),
+            "the next sweep",
+        )
+        s.table(
+            rows[rows.action == "delete"][["thread_id", "horizon", "reason", "due_at"]],
+            "deleted by the next sweep",
+        )
+    if len(threads):
+        waitings = [parse_duration(f"{d}d") for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
+        page.chart(
+            s,
+            plots.retention_curve(threads, waitings, current=settings.waiting_retention),
+            "retention_curve",
+            "threads kept against the waiting value",
+        )
+        page.chart(
+            s,
+            plots.idle_gaps(threads, proposed.waiting_retention),
+            "idle_gaps",
+            "longest idle gap per thread",
+        )
+        lost = simulate.lost_conversations(threads, proposed.waiting_retention)
+        s.note(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
+        policies = [
+            simulate.Policy.from_settings(settings),
+            simulate.Policy.from_settings(proposed),
+        ]
+        page.chart(
+            s,
+            plots.sweep_timeline(simulate.daily(threads, policies, at, 28)),
+            "sweep_timeline",
+            "daily sweeps over four weeks",
+        )
+
+    path = out / "index.html"
+    title = f"durability report: {redact_url(store.url)}"
+    path.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>"
+        f'<p class="note">as of {at:%Y-%m-%d %H:%M} UTC</p>'
+        + "".join(sec.html() for sec in page.sections)
+        + "</body></html>\n"
+    )
+    return path

@@ -1,0 +1,452 @@
+"""Write the bundle's three notebooks (notebooks/*.ipynb) from the cells below, outputs empty.
+
+The notebooks are committed as plain .ipynb files (users open them straight in JupyterLab);
+this script is their source of truth, so a change is made here and the notebooks regenerated:
+
+    python scripts/build_notebooks.py
+
+Each notebook has one cell tagged ``parameters`` (plain assignments, papermill's convention):
+``durability demo`` and ``durability lab`` replace it with the demo's values, and the defaults
+point at the demo store relative to the notebooks folder of a clone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+Cell = tuple[str, str]  # ("md" | "code" | "parameters", source)
+
+
+def md(text: str) -> Cell:
+    return ("md", text.strip())
+
+
+def code(text: str) -> Cell:
+    return ("code", text.strip())
+
+
+def parameters(text: str) -> Cell:
+    return ("parameters", text.strip())
+
+
+SETUP = """
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+import durability
+from durability import bundle, frames, plots
+
+charts = Path(output_dir)
+charts.mkdir(parents=True, exist_ok=True)
+store = durability.open(store_url)
+print(f"store: {store!r}")
+"""
+
+# A restored park needs a store that can hold one: on SQLite, the promise that the worker
+# resuming it runs on this host (single_worker=True).
+RESTORE_SETUP = SETUP.replace(
+    "store = durability.open(store_url)",
+    'store = durability.open(store_url, **({"single_worker": True} if store_url.startswith("sqlite") else {}))',
+)
+
+EXPLORE: list[Cell] = [
+    md("""
+# Explore a checkpoint store
+
+This notebook is for the operator of an agent platform: it opens one checkpoint store — the
+embedded SQLite default, Postgres, Redis, or a store another tool wrote (fastaiagent, LangGraph,
+read-only) — and shows what is in it: which threads and runs it holds, how they ended, **what
+reached the control plane and what is stuck** in the outbox, and how the replication backlog
+moved over time. Every table below is a `durability.frames` DataFrame, so you can keep
+exploring it with pandas.
+
+Set the store in the next cell (it is tagged `parameters`: `durability demo` and
+`durability lab` fill it in for you).
+"""),
+    parameters("""
+store_url = "sqlite:///../durability-out/demo.db"  # any store URL: sqlite, postgresql, redis, fastaiagent+…, langgraph+…
+plane_url = None  # the plane this store replicates to, e.g. "http://127.0.0.1:8700"; None: local view only
+api_key_env = "DURABILITY_PLANE_API_KEY"  # the environment variable holding the plane's API key
+output_dir = "../durability-out/charts"  # where the charts are saved as PNG
+foreign_url = None  # a store another tool wrote, e.g. "langgraph+sqlite:///checkpoints.db"
+"""),
+    code(SETUP),
+    md("""
+## Threads
+
+A *thread* is one conversation, flow session or agent session. Each row below is one thread:
+who owns it, how many checkpoints and bytes it holds, when it was last written, whether its
+owner marked it finished (and when the sweep may delete it: `due_at`), the retention it declared,
+and whether a run is parked on it.
+"""),
+    code("""
+threads = frames.threads(store)
+print(f"{len(threads)} threads, {int(threads.checkpoints.sum())} checkpoints, {int(threads.size_bytes.sum()):,} bytes")
+threads.sort_values("newest_at", ascending=False).head(15)
+"""),
+    code("""
+# Who owns the threads: runs that minted their thread, conversations, flows and the sessions they own.
+threads.groupby("owner", dropna=False).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), finished=("finished_at", "count"))
+"""),
+    md("""
+## Runs and how they ended
+
+A run ends *completed*, *failed* (with a reason: an error, cancelled by an operator's stop,
+aborted), or it is *parked*: waiting on a human answer with a deadline. The chart counts runs
+by status per day.
+"""),
+    code("""
+runs = frames.runs(store)
+display(runs.groupby(["runner", "status"], observed=True).size().unstack(fill_value=0))
+bundle.chart(plots.run_health(runs), "run_health", charts)
+"""),
+    code("""
+parks = frames.parks(store)
+print(f"{len(parks)} parked runs, {int(parks.expired.sum())} past their deadline")
+parks
+"""),
+    md("""
+## The outbox: what reached the plane and what is stuck
+
+Every checkpoint is written locally first and then drained to the plane. A row is **synced**
+once the plane has it, **pending** while it waits (the plane was down, or nothing has drained it
+yet), and **quarantined** when the plane refused it on payload grounds — the plane's own
+explanation is in `sync_error`. Quarantined rows never block the others; release them with
+`durability outbox release` once the plane accepts them (e.g. after its cap was raised).
+"""),
+    code("""
+outbox = frames.outbox(store)
+display(outbox.groupby("state", observed=True).agg(rows=("checkpoint_id", "size"), bytes=("size_bytes", "sum"), attempts=("attempts", "sum")))
+outbox[outbox.state == "quarantined"][["thread_id", "checkpoint_id", "size_bytes", "attempts", "sync_error"]]
+"""),
+    code("""
+# Rows still waiting for the plane, oldest first.
+outbox[outbox.state == "pending"].sort_values("created_at")[["thread_id", "created_at", "age", "attempts", "last_error"]]
+"""),
+    md("""
+## Replication backlog over time
+
+How many rows were waiting for the plane at each moment, and how old the oldest of them was. A
+plane outage shows as a ramp that drains at once when the plane comes back; a backlog that
+never drains means nothing is connected to drain it.
+"""),
+    code("""
+backlog = frames.backlog(store, freq="6h")
+bundle.chart(plots.backlog(backlog), "backlog", charts)
+"""),
+    md("""
+## What the plane holds
+
+With a plane URL and its key, the plane's own view of run health: the runs it has seen, each
+with its status as the plane knows it ("completed" only once the run end reached it).
+"""),
+    code("""
+import os
+
+from durability import replication
+
+if plane_url:
+    client = replication.PlaneClient(plane_url, os.environ[api_key_env])
+    plane_runs = frames.plane_runs(client)
+    local = set(runs.run_id)
+    print(f"the plane holds {len(plane_runs)} runs; {len(set(plane_runs.run_id) - local)} of them are not in this store")
+    display(plane_runs.groupby("status", observed=True).size().rename("runs").to_frame())
+else:
+    print("no plane_url: set it (and the key's environment variable) to compare with the plane")
+"""),
+    md("""
+## One thread, step by step
+
+Pick a thread to see its checkpoints in write order and the state each step saved.
+"""),
+    code("""
+from durability.widgets import StoreExplorer
+
+explorer = StoreExplorer(store)
+explorer.widget
+"""),
+    md("""
+## A store another tool wrote
+
+The same frames work on stores written by fastaiagent (`fastaiagent+sqlite:///…/local.db`,
+`fastaiagent+postgresql://…?schema=…`) or by LangGraph's savers (`langgraph+sqlite:///…`,
+`langgraph+postgresql://…`). They are opened **read-only**: SQLite files are opened with
+`mode=ro`, so an agent that is still writing keeps running and the file stays byte-identical.
+A LangGraph interrupt shows as an `interrupted` checkpoint: a waiting thread, not a park.
+"""),
+    code("""
+if foreign_url:
+    foreign = durability.open(foreign_url)
+    foreign_threads = frames.threads(foreign)
+    print(f"{foreign!r}: {len(foreign_threads)} threads (read-only)")
+    display(foreign_threads[["thread_id", "owner", "status", "checkpoints", "newest_at"]])
+    display(frames.checkpoints(foreign)[["thread_id", "seq", "node_id", "step_type", "status", "created_at"]].head(20))
+else:
+    print("no foreign_url: set it to a fastaiagent+… or langgraph+… URL to explore that store")
+"""),
+]
+
+PLAN: list[Cell] = [
+    md("""
+# Plan retention
+
+Two values decide how long checkpoints live: **waiting** (a thread nobody marked finished lives
+this long after its newest checkpoint — a conversation someone may still continue) and
+**finished** (a thread whose owner marked it finished lives this long after the mark). The
+sweep is the one scheduled deletion. This notebook shows **which threads the next sweep deletes
+and why**, what it spares (a parked run waiting on a human, a live lease, checkpoints the plane
+does not have yet), and **what a shorter retention would cost**: conversations lost between two
+turns, parks that would have been refused, bytes kept over the coming weeks.
+"""),
+    parameters("""
+store_url = "sqlite:///../durability-out/demo.db"  # any store URL
+output_dir = "../durability-out/charts"  # where the charts are saved as PNG
+now = None  # the sweep's "now" (ISO 8601); None: the current time
+proposed_waiting = "7d"  # a shorter waiting retention to compare with the current one
+proposed_finished = "2d"  # a shorter finished retention
+"""),
+    code(SETUP),
+    code("""
+from datetime import timedelta
+
+from durability import simulate, sweep
+from durability.clock import parse_aware
+from durability.settings import Settings, format_duration
+
+settings = Settings.from_env()  # DURABILITY_WAITING_RETENTION / DURABILITY_FINISHED_RETENTION, else 30d / 7d
+at = parse_aware(now) if now else store.clock()
+print(f"current retention: waiting {format_duration(settings.waiting_retention)}, finished {format_duration(settings.finished_retention)}; now = {at:%Y-%m-%d %H:%M} UTC")
+"""),
+    md("""
+## What the next sweep deletes, and why
+
+`plan_sweep` is the sweep's own selection without the deletes, so this preview cannot disagree
+with the sweep. Each thread gets an action: **delete** (its horizon has passed), **spared** (a
+live-thread filter claimed it: `owner` says which, `reason` why), **not_due** (its due time is
+in the future), or **skipped** (the store enforces that horizon itself, e.g. Redis key TTLs).
+"""),
+    code("""
+plan = sweep.plan_sweep(store, settings, at)
+retention = plan.to_frame()
+actions = retention.action.value_counts()
+print(f"the next sweep deletes {actions.get('delete', 0)} of {len(retention)} threads and spares {actions.get('spared', 0)}")
+retention.groupby(["horizon", "action"]).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), bytes=("size_bytes", "sum"))
+"""),
+    code("""
+# The threads the next sweep deletes, with the reason.
+retention[retention.action == "delete"][["thread_id", "horizon", "reason", "due_at", "newest_at", "checkpoints", "size_bytes"]]
+"""),
+    code("""
+# The threads a filter spares: deleted by a later sweep, once they are no longer live.
+retention[retention.action == "spared"][["thread_id", "horizon", "owner", "reason", "due_at"]]
+"""),
+    md("""
+## Threads and bytes kept against the waiting value
+
+For each candidate waiting value: how many threads (and bytes) a sweep now would keep. The
+dashed line is the current setting.
+"""),
+    code("""
+threads = frames.threads(store, now=at)
+waitings = [timedelta(days=d) for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
+bundle.chart(plots.retention_curve(threads, waitings, current=settings.waiting_retention), "retention_curve", charts)
+"""),
+    md("""
+## What a shorter retention would cost
+
+A conversation is never marked finished: it lives on the waiting horizon. When the gap between
+two of its turns is longer than the waiting value, the sweep deletes it in between and the user
+comes back to nothing. The chart shows each thread's longest idle gap against the proposed value.
+"""),
+    code("""
+proposed = settings.update(waiting_retention=proposed_waiting, finished_retention=proposed_finished)
+bundle.chart(plots.idle_gaps(threads, proposed.waiting_retention), "idle_gaps", charts)
+lost = simulate.lost_conversations(threads, proposed.waiting_retention)
+print(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
+lost
+"""),
+    code("""
+# A park's deadline must fall within its thread's waiting retention: these parks would have been refused.
+refused = simulate.refused_parks(frames.parks(store), proposed.waiting_retention)
+print(f"waiting {proposed_waiting} would have refused {len(refused)} parks")
+refused
+"""),
+    code("""
+# Threads whose sweep action changes under the proposed values.
+sweep.policy_diff(store, settings, proposed, at)
+"""),
+    md("""
+## The coming weeks, day by day
+
+One simulated sweep a day for four weeks under the current and the proposed values (assuming
+no new writes): threads deleted per day by horizon, and what remains.
+"""),
+    code("""
+policies = [simulate.Policy.from_settings(settings), simulate.Policy.from_settings(proposed)]
+days = simulate.daily(threads, policies, at, 28)
+bundle.chart(plots.sweep_timeline(days), "sweep_timeline", charts)
+days.groupby("policy").agg(deleted_threads=("deleted_threads", "sum"), deleted_bytes=("deleted_bytes", "sum"))
+"""),
+    md("""
+## Try values yourself
+
+Move the sliders (days) and the date: the summary, the chart and the table of what a sweep
+would delete follow.
+"""),
+    code("""
+from durability.widgets import RetentionPlanner
+
+planner = RetentionPlanner(store, settings, at)
+planner.widget
+"""),
+]
+
+RESTORE: list[Cell] = [
+    md("""
+# Restore a lost run
+
+A worker's machine died and its local store with it. Everything it wrote was replicated to the
+plane, so its runs can be brought back to a fresh store — on any machine — and continued: a
+failed run resumes from its last real step, a parked run gets its park back (with the deadline
+its ask declared) and waits for its answer. This notebook lists **what the plane holds that the
+store does not**, shows the **restore plan** (a dry run: what would be written) before anything
+is written, applies it, and resumes the run. The plane serves; the library executes.
+"""),
+    parameters("""
+store_url = "sqlite:///../durability-out/edge.db"  # the store to restore into (the lost store's replacement)
+plane_url = None  # the plane, e.g. "http://127.0.0.1:8700"
+api_key_env = "DURABILITY_EDGE_PLANE_API_KEY"  # the environment variable holding the plane's API key
+output_dir = "../durability-out/charts"  # where the charts are saved as PNG
+thread_id = None  # the thread to restore; None: the first parked run the store lacks
+runner = "durability.demo:publish"  # MODULE:ATTR of the runner that resumes it
+resume_value = {"approved": True}  # the answer a parked run is resumed with
+"""),
+    code(RESTORE_SETUP),
+    code("""
+import os
+
+from durability import replication, restore
+from durability.runs import NO_VALUE, load_runner
+
+if not plane_url:
+    raise SystemExit("set plane_url (and the API key's environment variable): a restore reads the plane")
+connection = replication.connect(store, plane_url, os.environ[api_key_env])
+print(connection)
+"""),
+    md("""
+## What the plane has that this store lacks
+
+The plane's run health for this project, next to the threads the store holds. Runs on threads
+the store has no record of are the ones the lost machine took with it.
+"""),
+    code("""
+plane_runs = frames.plane_runs(connection)
+local_threads = set(frames.threads(store).thread_id)
+missing = plane_runs[~plane_runs.thread_id.isin(local_threads)]
+print(f"the plane holds {plane_runs.thread_id.nunique()} threads; {missing.thread_id.nunique()} are missing from this store")
+bundle.chart(plots.run_health(plane_runs), "plane_run_health", charts)
+missing[["thread_id", "run_id", "runner", "status", "steps", "ended_at"]]
+"""),
+    md("""
+## The restore plan (nothing written yet)
+
+`plan_restore` reads the thread from the plane — every checkpoint, in write order, from a plane
+that serves history — and checks the store: a thread it already holds is never overwritten
+silently, a park needs a store that can hold one. The park's deadline is the one its ask
+declared (`deadline_source`: `declared`), or the thread's waiting horizon from a plane that does
+not carry deadlines.
+"""),
+    code("""
+if thread_id is None:
+    waiting = missing[missing.status.astype(str).isin(["parked", "interrupted", "last step done"])]
+    thread_id = (waiting if len(waiting) else missing).thread_id.iloc[0]
+plan = restore.plan_restore(store, thread_id, connection)
+print(f"restore {thread_id}: {len(plan.checkpoints)} checkpoints from the plane's {plan.source}; park: {plan.park is not None}; refusal: {plan.refusal}")
+plan.to_frame()
+"""),
+    md("""
+## Apply it, then resume the run
+
+Applying writes exactly the plan, holding the thread's lease; the restored rows are marked as
+already replicated, so they are never sent back to the plane. Then the runner continues the
+run: a parked run with its answer, a failed one from its last real step.
+"""),
+    code("""
+if plan.refusal is None:
+    result = restore.apply_restore(store, plan)
+    print(f"restored {len(result.checkpoints)} checkpoints; park: {result.park}")
+else:
+    print(f"not restored: {plan.refusal}")
+run = load_runner(runner)
+latest = store.latest(thread_id)
+answer = resume_value if latest is not None and latest.status == "interrupted" else NO_VALUE
+resumed = run.resume(store, thread_id, answer)
+print(f"resumed {thread_id}: {resumed.status} at {resumed.last_step}")
+frames.checkpoints(store, thread_id=thread_id)[["seq", "run_id", "node_id", "step_type", "status", "created_at", "synced"]]
+"""),
+    md("""
+## Restore another one from here
+
+The panel does the same for any thread id: **Plan** shows the dry run, **Restore** applies it,
+**Resume** continues the run with the value given. It opens on the next thread the store
+lacks, with its plan already made: press **Restore** to write it.
+"""),
+    code("""
+import json
+
+from durability.widgets import RestorePanel
+
+panel = RestorePanel(store, connection, runner=runner)
+panel.resume_value.value = json.dumps(resume_value)
+others = [t for t in missing.thread_id.unique() if t != thread_id]
+if others:  # the next lost thread, planned already: press Restore to apply the plan
+    panel.thread_id.value = others[0]
+    panel.make_plan()
+panel.widget
+"""),
+]
+
+
+def build(cells: list[Cell]) -> nbformat.NotebookNode:
+    nb = new_notebook()
+    nb.metadata = {
+        "kernelspec": {
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+            "name": "python3",
+        },
+        "language_info": {"name": "python"},
+    }
+    for kind, source in cells:
+        if kind == "md":
+            nb.cells.append(new_markdown_cell(source))
+        else:
+            cell = new_code_cell(source)
+            if kind == "parameters":
+                cell.metadata["tags"] = ["parameters"]
+            nb.cells.append(cell)
+    for n, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{n:02d}"
+    return nb
+
+
+def main() -> None:
+    NOTEBOOKS.mkdir(exist_ok=True)
+    for name, cells in (
+        ("explore_store.ipynb", EXPLORE),
+        ("plan_retention.ipynb", PLAN),
+        ("restore_runs.ipynb", RESTORE),
+    ):
+        nbformat.write(build(cells), NOTEBOOKS / name)
+        print(NOTEBOOKS / name)
+
+
+if __name__ == "__main__":
+    main()
