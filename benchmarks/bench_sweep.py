@@ -478,38 +478,36 @@ WHY_SQLITE_NORMAL = (
 #: What the profiles of a miss show, measured while building this benchmark (see RESULTS.md).
 WHY = {
     ("SQLite", "sweep"): (
-        "The SQL is set-based (4 `DELETE … WHERE tkey IN (…) AND thread_id IN (…) RETURNING` per "
-        "500 threads, 1,000 threads per transaction), but nearly all of its time is SQLite "
-        "maintaining the checkpoints table's indexes and writing the pages it dirties: `execute` "
-        "and `commit` (the WAL write) are 23 of the profile's 38 s. Measured on a copy of this "
-        "store with the sqlite3 module, one chunk of 500 threads (2,500 rows) takes 0.29 s; 0.22 s "
-        "with `PRAGMA secure_delete=OFF` (this SQLite build defaults it ON, zeroing every deleted "
-        "cell); 0.12 s once the unique `ix_durability_checkpoints_ckey` index is dropped too (its "
-        "key is a hash, so each deleted row dirties a random leaf of a 500,000-entry B-tree); "
-        "0.035 s once the partial outbox index `ix_durability_outbox_project` is dropped as well "
-        "(every row of a store that is not connected stays `synced = 0`, so it is in that index). "
-        "SqliteSaver's rows have one index, keyed by thread first, so a thread's rows share a "
-        "leaf. Python's share is SQLAlchemy rendering 1.6 million expanding IN parameters (about "
-        "5 s). Every thread also takes a second, empty round (the proof it is empty), which is an "
-        "index probe."
+        "The SQL is set-based and plain driver SQL (4 `DELETE … WHERE tkey IN (…) AND thread_id "
+        "IN (…) RETURNING` per 500 threads, 1,000 threads per transaction), and nearly all of the "
+        "time is SQLite maintaining the checkpoints table's indexes and writing the pages that "
+        "dirties: `execute`, `commit` (the WAL write) and `fetchall` are 35.5 of the profile's "
+        "44.6 s. Measured with the sqlite3 module on a copy of this store (schema of migration 4), "
+        "one chunk of 500 threads (2,500 rows) takes 0.29 s; 0.22 s with `PRAGMA "
+        "secure_delete=OFF` (this SQLite build defaults it ON, zeroing every deleted cell); 0.12 s "
+        "once the unique `ix_durability_checkpoints_ckey` index is dropped too (its key is a hash, "
+        "so each deleted row dirties a random leaf of a 500,000-entry B-tree); 0.035 s once the "
+        "partial outbox index `ix_durability_outbox_project` is dropped as well (every row of a "
+        "store that is not connected stays `synced = 0`, so every row is in it). SqliteSaver's "
+        "rows have one index, keyed by thread first, so a thread's rows share a leaf. Every thread "
+        "also takes a second, empty delete round (the proof that it is empty)."
     ),
     ("Postgres", "sweep"): (
-        "Half of the profiled time is the client building SQL, not the server deleting: "
-        "SQLAlchemy renders each expanding `IN (…)` as 500 separate bind parameters (1.6 million "
-        "renders, about 8 s), and psycopg re-parses each resulting query (`_split_query`, "
-        "`_query2pg_nocache`, about 16 s) because a query that long is never cached; the server "
-        "side (`wait`) is 23 s. PostgresSaver's `delete_thread` is three short prepared DELETEs "
-        "and a commit per thread."
+        "The deletes take the ids as two array parameters (`= ANY(%s)`), so the client's share is "
+        "small (dumping the arrays, about 3 s under the profiler); the server's is most of it "
+        "(`wait`, 16.9 of 22.6 s): deleting 600,000 rows and, in the second round that proves "
+        "each batch empty, running the same four DELETEs again. PostgresSaver's `delete_thread` "
+        "is three short prepared DELETEs and a commit per thread."
     ),
     ("SQLite", "plan"): (
-        "Reading the threads is one GROUP BY over the covering `(tkey, seq, created_at, "
-        "size_bytes)` index plus the ledger (`fetchall`, 0.8 s); building 100,000 `ThreadRecord`s "
-        "and plan rows in Python is the rest (about 1.5 s under the profiler). The median sits at "
-        "the target, moving either side of it with the machine's load (1.9 to 3.6 s over the runs)."
+        "One GROUP BY over the covering `(tkey, seq, created_at, size_bytes)` index plus the "
+        "ledger, then 100,000 `ThreadRecord`s and plan rows built in Python; the median sits "
+        "near the target and moves either side of it with the machine's load."
     ),
     ("Postgres", "plan"): (
-        "The grouped read waits on the server (`wait`, 2.7 s under the profiler, about half of it) "
-        "and the rest is the same per-thread Python as on SQLite (records, classification, reasons)."
+        "The grouped read waits on the server (`wait`, 2.3 of 4.1 s under the profiler) and the "
+        "rest is the per-thread Python also seen on SQLite (records, classification, reasons, "
+        "about 10 µs a thread)."
     ),
 }
 
