@@ -529,7 +529,8 @@ class SweepResult:
     """What a sweep deleted, spared and skipped, per horizon (keys of :data:`HORIZONS`).
 
     ``skipped`` has an entry only for a horizon the provider skips; ``rounds`` is the most
-    delete rounds any batch needed (2 when no writer raced the delete).
+    delete rounds any batch needed; with no writer racing the delete it is 1 on the SQL stores
+    (one read checks the threads are empty) and 2 elsewhere (a second delete is the check).
     """
 
     now: datetime
@@ -708,15 +709,18 @@ def _apply(
 
 
 def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Deleted], int]:
-    """Delete ``batch`` until a round finds each thread empty; a round that removed rows may
-    have raced a writer, so its threads go again (seed 004: up to 100 rounds)."""
+    """Delete ``batch`` until each thread is empty; a round that removed rows may have raced a
+    writer, so the threads the store still finds rows in go again (seed 004: up to 100 rounds).
+    """
     totals = {t: Deleted() for t in batch}
     pending = batch
     for round_no in range(1, MAX_ROUNDS + 1):
         removed = store.delete_threads(pending)
         for thread_id, d in removed.items():
             totals[thread_id] += d
-        pending = [t for t in pending if _removed_any(removed.get(t))]
+        raced = [t for t in pending if _removed_any(removed.get(t))]
+        holding = store.still_holding(raced) if raced else set()
+        pending = [t for t in raced if t in holding]
         if not pending:
             return totals, round_no
     last = removed[pending[0]]

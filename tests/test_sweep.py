@@ -564,9 +564,13 @@ def test_a_checkpoint_written_while_the_thread_is_deleted_is_deleted_again(
     assert sorted(result.deleted_ids()) == ["busy", "quiet"]
     busy = next(d for d in result.deleted["finished"] if d.thread_id == "busy")
     assert busy.checkpoints == 4
-    assert result.rounds == 4
-    assert calls == [2, 2, 1, 1], "a thread leaves the rounds once a round finds it empty"
     assert not store.has_thread("busy")
+    if store.provider in ("sqlite", "postgres"):
+        # One read after each round finds what the writer added; only that thread goes again.
+        assert (result.rounds, calls) == (3, [2, 1, 1])
+    else:
+        # No cheap emptiness check: a round that removes nothing is what proves a thread empty.
+        assert (result.rounds, calls) == (4, [2, 2, 1, 1])
 
 
 def test_a_thread_still_written_after_100_rounds_fails_the_sweep_naming_it(

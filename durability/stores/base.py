@@ -1346,6 +1346,18 @@ class Store(ABC):
         self.ready()
         return self._delete_threads(ids) if ids else {}
 
+    def still_holding(self, thread_ids: Sequence[str]) -> set[str]:
+        """Which of these threads hold a checkpoint or a pending write right now.
+
+        The sweep asks after a delete round, to find the threads a writer raced. The SQL store
+        answers with one query; the default cannot tell cheaply and answers every id, so the
+        sweep deletes them once more and that round's delete is the check.
+        """
+        for thread_id in thread_ids:
+            self._check_thread(thread_id, "", "check threads are empty")
+        self.ready()
+        return self._still_holding(list(dict.fromkeys(thread_ids))) if thread_ids else set()
+
     def unreplicated(self) -> dict[str, int]:
         """Per thread, how many of its checkpoints the plane does not have (pending or quarantined).
 
@@ -1361,6 +1373,9 @@ class Store(ABC):
 
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
         return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
+
+    def _still_holding(self, thread_ids: list[str]) -> set[str]:
+        return set(thread_ids)
 
     def _unreplicated(self) -> dict[str, int]:
         counts: dict[str, int] = {}
