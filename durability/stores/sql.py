@@ -1617,9 +1617,22 @@ WHERE t.tkey IS NULL
         return f"{quote(schema)}.{quote(table.name)}" if schema else quote(table.name)
 
     def _sweep_names(self, cursor: Any, seqs: list[int]) -> dict[int, str]:
-        """The thread id of each of these checkpoint rows (by ``seq``)."""
+        """The thread id of each of these checkpoint rows (by ``seq``).
+
+        Postgres takes every seq in one text parameter, split server-side (``= ANY``): 500
+        placeholders per statement cost psycopg more than the lookups, and dumping a list of
+        100,000 ints as an array parameter cost ~0.2 s more than joining them.
+        """
         names: dict[int, str] = {}
         mark = self._sql.mark
+        if self.provider == "postgres" and seqs:
+            cursor.execute(
+                f"SELECT seq, thread_id FROM {self._sweep_table(checkpoints)} "  # noqa: S608
+                "WHERE seq = ANY(string_to_array(%s, ',')::bigint[])",
+                [",".join(map(str, seqs))],
+            )
+            names.update(cursor.fetchall())
+            return names
         for chunk in _chunks(seqs):
             cursor.execute(
                 f"SELECT seq, thread_id FROM {self._sweep_table(checkpoints)} "  # noqa: S608
