@@ -74,10 +74,9 @@ WHY = {
     ),
     "retention": (
         "`frames.retention` is `durability.sweep.plan_sweep(...).to_frame()` (the sweep's own "
-        "code): the profile is its planning — one `ThreadRecord` built per thread "
-        "(`SQLStore._record`), `_plan`, time normalisation and `format_duration` per row — "
-        "not a frames read. It could plan from `Store.thread_columns` (one query, columns "
-        "instead of 100,000 dataclasses), which reads the same store in about 2 s."
+        "code): the plan reads `Store.sweep_columns` (the ledger and one `GROUP BY` over the "
+        "thread index, as numpy columns) and classifies them with array operations; the frame "
+        "is built from those arrays. Most of what is left is the store's two queries."
     ),
 }
 

@@ -33,17 +33,18 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
-from durability.clock import as_utc
+from durability.clock import as_utc, to_micros
 from durability.errors import ConfigError, SweepError
 from durability.model import Deleted, ThreadRecord
-from durability.settings import Settings, format_duration, waiting_horizon
-from durability.stores.base import Store, retention_of
+from durability.settings import Retention, Settings, format_duration, waiting_horizon
+from durability.stores.base import Store, SweepColumns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +91,7 @@ class _ParkFilter:
     ) -> Mapping[str, str]:
         # Every handle is asked, not only one that can park: another handle on the same
         # SQLite file may have been opened with single_worker=True and parked there.
-        wanted = {c.thread_id for c in candidates}
+        wanted = set(_candidate_ids(candidates))
         return {
             p.thread_id: f"a run is parked until {p.deadline.isoformat()} ({p.reason or 'no reason'})"
             for p in store.parks()
@@ -114,7 +115,7 @@ class _LeaseFilter:
                 f"run {c.lease.run_id or '?'} ({c.lease.holder}) holds its lease until "
                 f"{c.lease.expires_at.isoformat()}"
             )
-            for c in candidates
+            for c in _maybe_leased(candidates, now)
             if c.lease is not None and c.lease.live(now)
         }
 
@@ -138,16 +139,64 @@ class _ReplicationFilter:
             return {}
         missing = store.unreplicated()
         return {
-            c.thread_id: (
-                f"the plane does not have {missing[c.thread_id]} of its checkpoints yet (pending "
+            thread_id: (
+                f"the plane does not have {missing[thread_id]} of its checkpoints yet (pending "
                 "or quarantined; see `durability outbox status`)"
             )
-            for c in candidates
-            if missing.get(c.thread_id)
+            for thread_id in _candidate_ids(candidates)
+            if missing.get(thread_id)
         }
 
     def __repr__(self) -> str:
         return "REPLICATION_FILTER"
+
+
+class _Candidates(Sequence[ThreadRecord]):
+    """The due threads handed to the filters: each one's real :class:`ThreadRecord`, built
+    from the store's columns when a filter reads it, so a filter that needs only the ids (the
+    built-in ones) costs no record per thread."""
+
+    def __init__(self, table: SweepColumns, at: list[int]) -> None:
+        self._table, self._at = table, at
+        self.thread_ids: list[str] = table.columns["thread_id"][at].tolist() if at else []
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    @overload
+    def __getitem__(self, index: int) -> ThreadRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ThreadRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> ThreadRecord | Sequence[ThreadRecord]:
+        if isinstance(index, slice):
+            return [self._table.record(i) for i in self._at[index]]
+        return self._table.record(self._at[index])
+
+    def __iter__(self) -> Iterator[ThreadRecord]:
+        return map(self._table.record, self._at)
+
+    def leased_after(self, now: datetime) -> list[ThreadRecord]:
+        """The records of the candidates whose lease (if any) expires after ``now``."""
+        import numpy as np
+
+        expires = self._table.columns["lease_expires_at"][self._at]
+        live = expires > np.datetime64(to_micros(now), "us")  # NaT compares false
+        return [self._table.record(self._at[i]) for i in np.flatnonzero(live).tolist()]
+
+
+def _candidate_ids(candidates: Sequence[ThreadRecord]) -> list[str]:
+    if isinstance(candidates, _Candidates):
+        return candidates.thread_ids
+    return [c.thread_id for c in candidates]
+
+
+def _maybe_leased(candidates: Sequence[ThreadRecord], now: datetime) -> Sequence[ThreadRecord]:
+    """The candidates that may hold a live lease (all of them, unless the columns tell)."""
+    if isinstance(candidates, _Candidates):
+        return candidates.leased_after(now)
+    return candidates
 
 
 PARK_FILTER: LiveThreadFilter = _ParkFilter()
@@ -234,56 +283,103 @@ PLAN_COLUMNS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SweepPlan:
-    """One row per thread the store holds: what a sweep at ``now`` with ``settings`` does."""
+    """One row per thread the store holds: what a sweep at ``now`` with ``settings`` does.
+
+    The plan keeps its rows as columns (numpy arrays, in row order); :attr:`rows` builds the
+    :class:`PlanRow` objects the first time it is read, and :meth:`to_frame` and
+    :meth:`summary` read the columns, so a large plan shown as a table never builds them.
+    """
 
     now: datetime
     settings: Settings
     provider: str
-    rows: tuple[PlanRow, ...]
+    _columns: Mapping[str, Any] = field(repr=False)
+
+    @cached_property
+    def rows(self) -> tuple[PlanRow, ...]:
+        """The plan's rows: finished threads first, each horizon by thread id."""
+        c = self._columns
+        return tuple(
+            map(
+                PlanRow,
+                c["thread_id"].tolist(),
+                c["horizon"].tolist(),
+                c["action"].tolist(),
+                c["reason"].tolist(),
+                c["owner"].tolist(),
+                _datetimes(c["due_at"]),
+                _datetimes(c["newest_at"]),
+                _datetimes(c["finished_at"]),
+                c["declared_waiting"].astype(object).tolist(),
+                c["declared_finished"].astype(object).tolist(),
+                c["checkpoints"].tolist(),
+                c["size_bytes"].tolist(),
+            )
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SweepPlan):
+            return NotImplemented
+        mine = (self.now, self.settings, self.provider, self.rows)
+        return mine == (other.now, other.settings, other.provider, other.rows)
+
+    def __hash__(self) -> int:
+        return hash((self.now, self.settings, self.provider, self.rows))
 
     def deletes(self, horizon: str | None = None) -> tuple[PlanRow, ...]:
         """The rows the sweep deletes (in one horizon, or both), in the order it deletes them."""
-        return tuple(
-            r
-            for r in self.rows
-            if r.action == "delete" and (horizon is None or r.horizon == horizon)
-        )
+        rows = self.rows
+        return tuple(rows[i] for i in self._where("delete", horizon))
+
+    def _where(self, action: str, horizon: str | None = None) -> list[int]:
+        """The positions of the rows with ``action`` (in ``horizon``, or both)."""
+        import numpy as np
+
+        chosen = self._columns["action"] == action
+        if horizon is not None:
+            chosen &= self._columns["horizon"] == horizon
+        return np.flatnonzero(chosen).tolist()
+
+    def _values(self, name: str, at: list[int]) -> list[Any]:
+        return self._columns[name][at].tolist() if at else []
 
     def to_frame(self) -> pd.DataFrame:
         """The rows as a DataFrame with :data:`PLAN_COLUMNS` (times aware UTC)."""
         import pandas as pd
 
-        names = [f.name for f in fields(PlanRow)]
-        columns: dict[str, Any] = {name: [getattr(r, name) for r in self.rows] for name in names}
         data: dict[str, Any] = {}
         dtype: Any  # pandas-stubs type astype's argument as literals only
         for name, dtype in PLAN_COLUMNS.items():
-            values = columns[name]
+            values = self._columns[name]
             if dtype.startswith("datetime64"):
-                data[name] = pd.to_datetime(pd.Series(values, dtype=object), utc=True).astype(dtype)
+                data[name] = pd.Series(values).dt.tz_localize("UTC").astype(dtype)
             elif dtype.startswith("timedelta64"):
-                data[name] = pd.to_timedelta(pd.Series(values, dtype=object)).astype(dtype)
+                data[name] = pd.Series(values).astype(dtype)
             else:
                 data[name] = pd.Series(values, dtype=dtype)
         return pd.DataFrame(data, columns=list(PLAN_COLUMNS))
 
     def summary(self) -> dict[str, Any]:
         """Counts per horizon and action, and the checkpoints and bytes the sweep would delete."""
+        c = self._columns
         counts = {h: dict.fromkeys(ACTIONS, 0) for h in HORIZONS}
         going = {h: {"threads": 0, "checkpoints": 0, "size_bytes": 0} for h in HORIZONS}
-        for r in self.rows:
-            counts[r.horizon][r.action] += 1
-            if r.action == "delete":
-                g = going[r.horizon]
-                g["threads"] += 1
-                g["checkpoints"] += r.checkpoints
-                g["size_bytes"] += r.size_bytes
+        for h in HORIZONS:
+            in_horizon = c["horizon"] == h
+            for a in ACTIONS:
+                counts[h][a] = int((in_horizon & (c["action"] == a)).sum())
+            deleted = in_horizon & (c["action"] == "delete")
+            going[h] = {
+                "threads": int(deleted.sum()),
+                "checkpoints": int(c["checkpoints"][deleted].sum()),
+                "size_bytes": int(c["size_bytes"][deleted].sum()),
+            }
         return {
             "now": self.now,
             "provider": self.provider,
-            "threads": len(self.rows),
+            "threads": len(c["thread_id"]),
             "counts": counts,
             "delete": going,
             "total_delete": {
@@ -291,6 +387,11 @@ class SweepPlan:
                 for key in ("threads", "checkpoints", "size_bytes")
             },
         }
+
+
+def _datetimes(values: Any) -> list[datetime | None]:
+    """A datetime64[us] column as aware UTC datetimes (``None`` for NaT)."""
+    return [None if d is None else d.replace(tzinfo=UTC) for d in values.tolist()]
 
 
 def plan_sweep(
@@ -307,16 +408,17 @@ def plan_sweep(
     """
     settings, when = _inputs(store, settings, now)
     with _bulk_allocation():
-        return _plan(store, settings, when, store.sweep_records(), filters)
+        return _plan(store, settings, when, store.sweep_columns(), filters)
 
 
 @contextmanager
 def _bulk_allocation() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a plan builds its rows.
+    """Pause the cyclic garbage collector while a plan reads the store.
 
-    A plan allocates a record and a row per thread, none of them in a reference cycle, and the
-    collector's passes over the growing young generation were a quarter of a 100,000-thread plan.
-    The collector's previous state is restored afterwards, even on error.
+    A plan allocates a few objects per thread (the store's rows, the records the filters
+    read), none of them in a reference cycle, and the collector's passes over the growing
+    young generation were a quarter of a 100,000-thread plan. The collector's previous state
+    is restored afterwards, even on error.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -342,102 +444,112 @@ def _plan(
     store: Store,
     settings: Settings,
     now: datetime,
-    records: Iterable[ThreadRecord],
+    table: SweepColumns,
     filters: Sequence[LiveThreadFilter] | None,
 ) -> SweepPlan:
-    classify = _Classifier(store, settings, now)
-    # Finished threads first (the sweep deletes that horizon first), each horizon by id.
-    ordered = sorted(records, key=_by_id)
-    ordered.sort(key=_waiting_last)
-    classified = [classify(r) for r in ordered]
-    candidates = [
-        record
-        for record, (_h, action, _why, _due) in zip(ordered, classified, strict=True)
-        if action == "delete"
-    ]
+    """Classify every thread with array operations, then ask the filters about the due ones."""
+    import numpy as np
+
+    order = _plan_order(table)
+    c: dict[str, Any] = {name: column[order] for name, column in table.columns.items()}
+    c.pop("lease_expires_at")
+    n = len(order)
+    c["horizon"] = np.full(n, "waiting", dtype=object)
+    c["action"] = np.empty(n, dtype=object)
+    c["reason"] = np.empty(n, dtype=object)
+    c["owner"] = np.full(n, None, dtype=object)
+    c["due_at"] = c["due_at"].copy()
+    finished = ~np.isnat(c["finished_at"])
+    moment = np.datetime64(to_micros(now), "us")
+    _classify_finished(c, finished, moment)
+    _classify_waiting(c, ~finished, moment, settings, store)
+    due = np.flatnonzero(c["action"] == "delete")
+    candidates = _Candidates(table, order[due].tolist())
     claims = _ask(store, candidates, now, filters)
-    rows = []
-    for record, (horizon, action, reason, due) in zip(ordered, classified, strict=True):
-        owner = None
-        claim = claims.get(record.thread_id) if action == "delete" else None
-        if claim is not None:
-            action, owner = "spared", claim[0][0]
-            reason = "; ".join(f"spared by {o}: {why}" for o, why in claim)
-        rows.append(
-            PlanRow(
-                record.thread_id,
-                horizon,
-                action,
-                reason,
-                owner,
-                due,
-                record.newest_at,
-                record.finished_at,
-                record.declared_waiting,
-                record.declared_finished,
-                record.checkpoints,
-                record.size_bytes,
-            )
-        )
-    return SweepPlan(now=now, settings=settings, provider=store.provider, rows=tuple(rows))
+    position = dict(zip(candidates.thread_ids, due.tolist(), strict=True))
+    for thread_id, claim in claims.items():
+        at = position[thread_id]
+        c["action"][at], c["owner"][at] = "spared", claim[0][0]
+        c["reason"][at] = "; ".join(f"spared by {o}: {why}" for o, why in claim)
+    columns = {name: c[name] for name in PLAN_COLUMNS}
+    return SweepPlan(now=now, settings=settings, provider=store.provider, _columns=columns)
 
 
-def _by_id(record: ThreadRecord) -> str:
-    return record.thread_id
+def _plan_order(table: SweepColumns) -> Any:
+    """Row order: finished threads first (the sweep deletes that horizon first), each by id."""
+    import numpy as np
+
+    ids = table.columns["thread_id"].tolist()
+    by_id = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.intp)
+    waiting = np.isnat(table.columns["finished_at"])[by_id]
+    return by_id[np.argsort(waiting, kind="stable")]
 
 
-def _waiting_last(record: ThreadRecord) -> bool:
-    return record.finished_at is None
+def _classify_finished(c: dict[str, Any], rows: Any, now: Any) -> None:
+    """A finished thread is judged on the due time fixed at its mark (``due_at <= now``)."""
+    import numpy as np
+
+    c["horizon"][rows] = "finished"
+    known = rows & ~np.isnat(c["due_at"])
+    passed = known & (c["due_at"] <= now)
+    c["action"][rows] = "not_due"
+    c["action"][passed] = "delete"
+    c["reason"][rows & ~known] = "finished, but no due time is recorded"
+    c["reason"][passed] = "finished, and its due time has passed"
+    c["reason"][known & ~passed] = "finished; not due yet"
 
 
-class _Classifier:
-    """Decides ``(horizon, action, reason, due_at)`` for each thread, before the filters.
+def _classify_waiting(
+    c: dict[str, Any], rows: Any, now: Any, settings: Settings, store: Store
+) -> None:
+    """An unmarked thread is due its waiting horizon after its newest checkpoint (else its run
+    start). The horizon rule runs once per distinct declared value, not per thread.
 
-    The reasons name the rule, not the times (``due_at`` and ``newest_at`` carry those): a plan
-    of 100,000 threads spends its time here, and formatting times per row doubled it.
+    The reasons name the rule, not the times (``due_at`` and ``newest_at`` carry those), and
+    are built once per distinct (declared value, passed, has a checkpoint).
     """
+    import numpy as np
 
-    def __init__(self, store: Store, settings: Settings, now: datetime) -> None:
-        self.settings, self.now = settings, now
-        self.skip_reason = _skipped_reason(store)
-        self.keeps_time = store.capabilities.ttl  # a TTL store does expire its waiting threads
-        self._reasons: dict[tuple[str, bool, timedelta], str] = {}
+    kinds, kind = np.unique(c["declared_waiting"], return_inverse=True)
+    kind = kind.reshape(-1)
+    horizons = [_waiting_rule(settings, k) for k in kinds.tolist()]
+    span = np.array([h for h, _whose in horizons], dtype="timedelta64[us]")[kind]
+    no_checkpoint = np.isnat(c["newest_at"])
+    since = np.where(no_checkpoint, c["started_at"], c["newest_at"])
+    due = since + span
+    skip_reason = _skipped_reason(store)
+    if skip_reason is not None:
+        c["action"][rows] = "skipped"
+        c["reason"][rows] = skip_reason
+        keeps_time = store.capabilities.ttl  # a TTL store does expire its waiting threads
+        c["due_at"][rows] = due[rows] if keeps_time else np.datetime64("NaT", "us")
+        return
+    unmeasured = rows & np.isnat(due)
+    c["action"][unmeasured] = "not_due"
+    c["reason"][unmeasured] = _NOTHING_TO_MEASURE
+    c["due_at"][rows] = due[rows]
+    measured = rows & ~unmeasured
+    passed = due <= now
+    c["action"][measured] = np.where(passed[measured], "delete", "not_due")
+    code = (kind * 2 + passed) * 2 + no_checkpoint
+    codes, which = np.unique(code[measured], return_inverse=True)
+    texts = np.empty(len(codes), dtype=object)
+    for i, value in enumerate(codes.tolist()):
+        (horizon, whose), was_passed, bare = horizons[value // 4], bool(value & 2), bool(value & 1)
+        where = "idle past" if was_passed else "within"
+        text = f"{where} its {whose} waiting retention of {format_duration(horizon)}"
+        texts[i] = text + " (no checkpoint: counted from its run start)" if bare else text
+    c["reason"][measured] = texts[which.reshape(-1)]
 
-    def __call__(self, record: ThreadRecord) -> tuple[str, str, str, datetime | None]:
-        if record.finished_at is not None:
-            due = record.due_at
-            if due is None:
-                return "finished", "not_due", "finished, but no due time is recorded", None
-            if due <= self.now:
-                return "finished", "delete", "finished, and its due time has passed", due
-            return "finished", "not_due", "finished; not due yet", due
-        horizon = waiting_horizon(self.settings, retention_of(record))
-        since = record.newest_at or record.started_at
-        due = None if since is None else since + horizon
-        if self.skip_reason is not None:
-            return "waiting", "skipped", self.skip_reason, due if self.keeps_time else None
-        if due is None:
-            return "waiting", "not_due", _NOTHING_TO_MEASURE, None
-        passed = due <= self.now
-        return (
-            "waiting",
-            "delete" if passed else "not_due",
-            self._reason(record, passed, horizon),
-            due,
-        )
 
-    def _reason(self, record: ThreadRecord, passed: bool, horizon: timedelta) -> str:
-        # A declared value above a since-lowered platform value is capped by it (the ceiling).
-        whose = "declared" if record.declared_waiting == horizon else "platform"
-        key = (whose, passed, horizon)
-        reason = self._reasons.get(key)
-        if reason is None:
-            where = "idle past" if passed else "within"
-            reason = f"{where} its {whose} waiting retention of {format_duration(horizon)}"
-            self._reasons[key] = reason
-        if record.newest_at is None:
-            return reason + " (no checkpoint: counted from its run start)"
-        return reason
+def _waiting_rule(settings: Settings, declared: timedelta | None) -> tuple[timedelta, str]:
+    """The waiting horizon for a declared waiting value, and whose value it is.
+
+    A declared value above a since-lowered platform value is capped by it (the ceiling) and
+    reads as the platform's.
+    """
+    horizon = waiting_horizon(settings, None if declared is None else Retention(waiting=declared))
+    return horizon, "declared" if declared == horizon else "platform"
 
 
 _NOTHING_TO_MEASURE = (
@@ -470,7 +582,7 @@ def _ask(
     chosen = registered_filters() if filters is None else [_check_filter(f) for f in filters]
     if not candidates:
         return {}
-    wanted = {c.thread_id for c in candidates}
+    wanted = set(_candidate_ids(candidates))
     claims: dict[str, list[tuple[str, str]]] = {}
     for f in chosen:
         try:
@@ -638,10 +750,7 @@ def sweep(
         deleted=deleted,
         spared=spared,
         skipped=_skipped(store, plan),
-        not_due={
-            h: sum(1 for r in plan.rows if r.horizon == h and r.action == "not_due")
-            for h in HORIZONS
-        },
+        not_due={h: len(plan._where("not_due", h)) for h in HORIZONS},
         rounds=rounds,
     )
     logger.info(
@@ -661,13 +770,14 @@ def _spare(plan: SweepPlan) -> dict[str, tuple[SparedThread, ...]]:
     from durability import metrics
 
     spared: dict[str, list[SparedThread]] = {h: [] for h in HORIZONS}
-    for r in plan.rows:
-        if r.action != "spared":
-            continue
-        assert r.owner is not None
-        logger.warning("sweep spared thread %r (%s horizon): %s", r.thread_id, r.horizon, r.reason)
-        metrics.SWEEP_SPARED.labels(horizon=r.horizon, owner=r.owner).inc()
-        spared[r.horizon].append(SparedThread(r.thread_id, r.horizon, r.owner, r.reason))
+    at = plan._where("spared")
+    for thread_id, horizon, owner, reason in zip(
+        *(plan._values(name, at) for name in ("thread_id", "horizon", "owner", "reason")),
+        strict=True,
+    ):
+        logger.warning("sweep spared thread %r (%s horizon): %s", thread_id, horizon, reason)
+        metrics.SWEEP_SPARED.labels(horizon=horizon, owner=owner).inc()
+        spared[horizon].append(SparedThread(thread_id, horizon, owner, reason))
     return {h: tuple(v) for h, v in spared.items()}
 
 
@@ -676,7 +786,7 @@ def _skipped(store: Store, plan: SweepPlan) -> dict[str, SkippedHorizon]:
     reason = _skipped_reason(store)
     if reason is None:
         return {}
-    count = sum(1 for r in plan.rows if r.action == "skipped")
+    count = len(plan._where("skipped"))
     return {"waiting": SkippedHorizon("waiting", count, reason)}
 
 
@@ -686,7 +796,9 @@ def _apply(
     """Delete the plan's ``delete`` rows, horizon by horizon, batch by batch."""
     from tqdm.auto import tqdm
 
-    work = {h: [r.thread_id for r in plan.deletes(h)] for h in HORIZONS}
+    work: dict[str, list[str]] = {
+        h: plan._values("thread_id", plan._where("delete", h)) for h in HORIZONS
+    }
     total = sum(len(ids) for ids in work.values())
     deleted: dict[str, tuple[DeletedThread, ...]] = {}
     most_rounds = 0
@@ -758,22 +870,19 @@ def policy_diff(
     _inputs(store, proposed, now)
     when = as_utc(now) if now is not None else store.clock()
     with _bulk_allocation():
-        records = store.sweep_records()
-        before = _plan(store, current, when, records, None)
-        after = {r.thread_id: r for r in _plan(store, proposed, when, records, None).rows}
-    changed = [
-        (r, after[r.thread_id])
-        for r in before.rows
-        if r.thread_id in after and after[r.thread_id].action != r.action
-    ]
+        table = store.sweep_columns()
+        before = _plan(store, current, when, table, None)._columns
+        after = _plan(store, proposed, when, table, None)._columns
+    # One table, one order: both plans hold the same thread in the same row.
+    changed = before["action"] != after["action"]
     return pd.DataFrame(
         {
-            "thread_id": pd.Series([a.thread_id for a, _ in changed], dtype="string"),
-            "horizon": pd.Series([a.horizon for a, _ in changed], dtype="string"),
-            "current_action": pd.Series([a.action for a, _ in changed], dtype="string"),
-            "proposed_action": pd.Series([b.action for _, b in changed], dtype="string"),
-            "checkpoints": pd.Series([a.checkpoints for a, _ in changed], dtype="int64"),
-            "size_bytes": pd.Series([a.size_bytes for a, _ in changed], dtype="int64"),
+            "thread_id": pd.Series(before["thread_id"][changed], dtype="string"),
+            "horizon": pd.Series(before["horizon"][changed], dtype="string"),
+            "current_action": pd.Series(before["action"][changed], dtype="string"),
+            "proposed_action": pd.Series(after["action"][changed], dtype="string"),
+            "checkpoints": pd.Series(before["checkpoints"][changed], dtype="int64"),
+            "size_bytes": pd.Series(before["size_bytes"][changed], dtype="int64"),
         }
     )
 

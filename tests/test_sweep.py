@@ -530,6 +530,58 @@ def test_a_registered_consumer_filter_is_asked_about_every_candidate_and_spares_
         register_filter(object())  # type: ignore[arg-type]
 
 
+class KeepsRecords:
+    """A consumer's filter that keeps what it was handed and claims nothing."""
+
+    owner = "keeper"
+
+    def __init__(self) -> None:
+        self.handed: list[Any] = []
+
+    def claims(
+        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
+    ) -> Mapping[str, str]:
+        self.handed = [*candidates, *candidates[:1]]  # iterated, then indexed by a slice
+        return {}
+
+
+def test_a_filter_is_handed_the_due_threads_real_records(store: Store, clock: FrozenClock) -> None:
+    """The plan reads columns, but a filter still gets each due thread's ThreadRecord, as sweep_records has it."""
+    finished(store, "due-1", checkpoints=2, waiting="20d")
+    started(store, "idle")
+    store.acquire_lease("idle", "worker", DAY)
+    store.put(Checkpoint(thread_id="bare", node_id="n"))  # no ledger record
+    clock.advance(35 * DAY)
+    finished(store, "not-due")
+    keeper = KeepsRecords()
+    plan = plan_sweep(store, filters=[keeper])
+    records = {r.thread_id: r for r in store.sweep_records()}
+    due = [r.thread_id for r in plan.rows if r.action == "delete"]
+    assert all(isinstance(r, ThreadRecord) for r in keeper.handed)
+    assert keeper.handed == [records[t] for t in [*due, *due[:1]]]
+    assert "due-1" in due
+    assert "not-due" not in due
+
+
+def test_sweep_columns_hold_what_sweep_records_hold(store: Store, clock: FrozenClock) -> None:
+    """One row per thread, the same record behind each row, on every provider."""
+    finished(store, "done", checkpoints=2, waiting="20d", finished="5d")
+    started(store, "open", checkpoints=0)
+    store.acquire_lease("open", "worker", DAY)
+    store.put(Checkpoint(thread_id="bare", node_id="n"))
+    table = store.sweep_columns()
+    by_id = {r.thread_id: r for r in store.sweep_records()}
+    ids = table.columns["thread_id"].tolist()
+    assert sorted(ids) == sorted(by_id)
+    assert [table.record(i) for i in range(len(table))] == [by_id[t] for t in ids]
+    done = ids.index("done")
+    assert table.columns["checkpoints"][done] == 2
+    assert table.columns["declared_finished"][done].astype(object) == 5 * DAY
+    assert str(table.columns["newest_at"][ids.index("open")]) == "NaT"
+    expires = table.columns["lease_expires_at"][ids.index("open")].astype(object)
+    assert expires == (T0 + DAY).replace(tzinfo=None), "datetime64[us] holds naive UTC"
+
+
 # ---------------------------------------------------------------------------- racing writers
 
 

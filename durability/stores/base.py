@@ -1334,6 +1334,16 @@ class Store(ABC):
         self.ready()
         return self._sweep_records()
 
+    def sweep_columns(self) -> SweepColumns:
+        """What :meth:`sweep_records` reads, as numpy columns (one row per thread, any order).
+
+        What the sweep plans from: :class:`SweepColumns` builds a row's :class:`ThreadRecord`
+        only when asked (the live-thread filters are handed real records), so a plan of
+        100,000 threads never holds 100,000 of them.
+        """
+        self.ready()
+        return self._sweep_columns()
+
     def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
         """Delete several threads as :meth:`delete_thread` does; what each held, by id.
 
@@ -1371,6 +1381,27 @@ class Store(ABC):
     def _sweep_records(self) -> list[ThreadRecord]:
         return list(self.iter_threads())
 
+    def _sweep_columns(self) -> SweepColumns:
+        records = self._sweep_records()
+        return SweepColumns.of(
+            [r.thread_id for r in records],
+            [
+                (
+                    r.checkpoints,
+                    r.size_bytes,
+                    _micros(r.newest_at),
+                    _micros(r.started_at),
+                    _micros(r.finished_at),
+                    _micros(r.due_at),
+                    _span(r.declared_waiting),
+                    _span(r.declared_finished),
+                    None if r.lease is None else to_micros(r.lease.expires_at),
+                )
+                for r in records
+            ],
+            records.__getitem__,
+        )
+
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
         return {thread_id: self._delete_thread(thread_id) for thread_id in thread_ids}
 
@@ -1383,6 +1414,63 @@ class Store(ABC):
             for entry in self._outbox(state, None, None, None, None):
                 counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
         return counts
+
+
+class SweepColumns:
+    """Every thread the sweep plans over, as columns, and each row's record on demand.
+
+    ``thread_id`` is an object array; ``checkpoints`` and ``size_bytes`` int64;
+    ``newest_at``, ``started_at``, ``finished_at``, ``due_at`` and ``lease_expires_at``
+    datetime64[us] (NaT where the record has none); ``declared_waiting`` and
+    ``declared_finished`` timedelta64[us].
+    :meth:`record` is the row's :class:`ThreadRecord`, equal to the one
+    :meth:`Store.sweep_records` gives.
+    """
+
+    #: The columns after ``thread_id``, in the order :meth:`of` takes them.
+    VALUES = (
+        "checkpoints",
+        "size_bytes",
+        "newest_at",
+        "started_at",
+        "finished_at",
+        "due_at",
+        "declared_waiting",
+        "declared_finished",
+        "lease_expires_at",
+    )
+
+    def __init__(self, columns: Mapping[str, Any], record: Callable[[int], ThreadRecord]) -> None:
+        self.columns = dict(columns)
+        self.record = record
+
+    def __len__(self) -> int:
+        return len(self.columns["thread_id"])
+
+    @classmethod
+    def of(
+        cls,
+        thread_ids: Sequence[str],
+        values: Iterable[Sequence[int | None]],
+        record: Callable[[int], ThreadRecord],
+    ) -> SweepColumns:
+        """From ids and rows of :data:`VALUES` (times and spans in microseconds, or ``None``)."""
+        import numpy as np
+
+        ids = np.empty(len(thread_ids), dtype=object)
+        ids[:] = thread_ids
+        raw = columns_of(cls.VALUES, list(values))
+        columns: dict[str, Any] = {"thread_id": ids}
+        for name in cls.VALUES:
+            column = raw[name]
+            if name in ("checkpoints", "size_bytes"):
+                columns[name] = np.where(column == None, 0, column).astype(np.int64)  # noqa: E711
+                continue
+            unit = "timedelta64[us]" if name.startswith("declared") else "datetime64[us]"
+            missing = column == None  # noqa: E711 - elementwise on an object array
+            micros = np.where(missing, np.iinfo(np.int64).min, column).astype(np.int64)
+            columns[name] = micros.view(unit)  # int64's minimum is NaT
+        return cls(columns, record)
 
 
 def conflict_message(thread_id: str, namespace: str, checkpoint_id: str) -> str:
