@@ -1,6 +1,6 @@
-"""Small frames with the columns and dtypes of durability.frames' contract, built by hand.
+"""Small frames with the columns and dtypes of :data:`durability.frames.COLUMNS`, built by hand.
 
-The simulation and plot tests use them, so they pin the contract itself (CONTRACTS.md) rather
+The simulation and plot tests use them, so they exercise exact shapes and edge values rather
 than whatever one store happens to return.
 """
 
@@ -12,72 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-THREAD_DTYPES: dict[str, str] = {
-    "thread_id": "string",
-    "owner": "string",
-    "run_id": "string",
-    "status": "category",
-    "checkpoints": "int64",
-    "size_bytes": "int64",
-    "first_at": "datetime64[ns, UTC]",
-    "newest_at": "datetime64[ns, UTC]",
-    "started_at": "datetime64[ns, UTC]",
-    "finished_at": "datetime64[ns, UTC]",
-    "due_at": "datetime64[ns, UTC]",
-    "declared_waiting": "timedelta64[ns]",
-    "declared_finished": "timedelta64[ns]",
-    "max_idle_gap": "timedelta64[ns]",
-    "lease_holder": "string",
-    "lease_expires_at": "datetime64[ns, UTC]",
-    "parked": "bool",
-    "park_deadline": "datetime64[ns, UTC]",
-}
-
-PARK_DTYPES: dict[str, str] = {
-    "thread_id": "string",
-    "run_id": "string",
-    "node_id": "string",
-    "reason": "string",
-    "created_at": "datetime64[ns, UTC]",
-    "deadline": "datetime64[ns, UTC]",
-    "deadline_source": "string",
-    "time_left": "timedelta64[ns]",
-    "expired": "bool",
-}
-
-CHECKPOINT_DTYPES: dict[str, str] = {
-    "thread_id": "string",
-    "namespace": "string",
-    "run_id": "string",
-    "checkpoint_id": "string",
-    "seq": "Int64",
-    "node_id": "string",
-    "step": "Int64",
-    "step_type": "string",
-    "status": "category",
-    "created_at": "datetime64[ns, UTC]",
-    "size_bytes": "int64",
-    "synced": "boolean",
-    "sync_error": "string",
-}
-
-RUN_DTYPES: dict[str, str] = {
-    "run_id": "string",
-    "thread_id": "string",
-    "runner": "string",
-    "status": "category",
-    "started_at": "datetime64[ns, UTC]",
-    "ended_at": "datetime64[ns, UTC]",
-    "steps": "int64",
-    "duration": "timedelta64[ns]",
-    "error": "string",
-}
-
-BACKLOG_DTYPES: dict[str, str] = {
-    "time": "datetime64[ns, UTC]",
-    "pending": "int64",
-    "oldest_pending_age": "timedelta64[ns]",
-}
+from durability.frames import COLUMNS
 
 
 def _frame(rows: Sequence[dict[str, Any]], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -132,7 +67,7 @@ def thread(
 
 def threads_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The threads frame of ``rows`` (see :func:`thread`)."""
-    return _frame(rows, THREAD_DTYPES)
+    return _frame(rows, COLUMNS["threads"])
 
 
 def parks_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -148,7 +83,7 @@ def parks_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
         }
         for row in rows
     ]
-    return _frame(full, PARK_DTYPES)
+    return _frame(full, COLUMNS["parks"])
 
 
 def checkpoints_frame(created: Sequence[datetime], *, size: int = 500) -> pd.DataFrame:
@@ -171,14 +106,14 @@ def checkpoints_frame(created: Sequence[datetime], *, size: int = 500) -> pd.Dat
         }
         for i, at in enumerate(created)
     ]
-    return _frame(rows, CHECKPOINT_DTYPES)
+    return _frame(rows, COLUMNS["checkpoints"])
 
 
 def runs_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The run-health frame of ``rows``."""
-    return _frame(rows, RUN_DTYPES)
+    return _frame(rows, COLUMNS["runs"])
 
 
 def backlog_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The backlog frame of ``rows``."""
-    return _frame(rows, BACKLOG_DTYPES)
+    return _frame(rows, COLUMNS["backlog"])
