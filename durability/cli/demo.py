@@ -85,7 +85,8 @@ def demo(out: Path, notebooks: bool, as_json: bool) -> None:
         f"resumed; {len(fleet.lost_threads)} threads still only on the plane"
     )
     if executed:
-        print_table(["notebook", "seconds"], [(e.path, f"{e.seconds:.1f}") for e in executed])
+        print_table(["notebook", "seconds"], [(e.path.name, f"{e.seconds:.1f}") for e in executed])
+        click.echo(f"executed notebooks: {(out / 'notebooks').resolve()}")
         click.echo(f"charts: {(out / 'charts').resolve()}")
     click.echo(f"open the notebooks in JupyterLab: durability lab --out {out}")
     click.echo(f"or as a static page: durability report {fleet.store_url} --out {out / 'report'}")
