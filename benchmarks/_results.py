@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import pstats
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -21,3 +24,15 @@ def write_section(heading: str, section: str) -> None:
         tail = "".join(lines[end:])
         updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
     RESULTS.write_text(updated)
+
+
+def top_functions(profile: Any, count: int) -> str:
+    """The ``count`` functions of a ``cProfile.Profile`` with the most own time, as RESULTS.md shows them."""
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(count)
+    keep = [
+        line
+        for line in out.getvalue().splitlines()
+        if line.strip() and ("{" in line or "(" in line or "ncalls" in line)
+    ]
+    return "\n".join(keep[: count + 2])

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import platform
-import pstats
 import sqlite3
 import statistics
 import sys
@@ -38,6 +36,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base.id import uuid6
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _results import top_functions
 
 import durability
 from durability.langgraph import DurabilitySaver
@@ -190,14 +190,7 @@ def profile(make: Callable[[], Any], op: str) -> str:
             }
         prof = cProfile.Profile()
         prof.runcall(work[op])
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(8)
-    lines = [
-        line
-        for line in out.getvalue().splitlines()
-        if line.strip() and ("{" in line or "(" in line)
-    ][:10]
-    return "\n".join(lines)
+    return top_functions(prof, 8)
 
 
 #: Why a target is missed, from the profiles below and the Stores section.

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import platform
-import pstats
 import sqlite3
 import statistics
 import sys
@@ -44,6 +42,8 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _results import top_functions
 
 import durability
 from durability import Checkpoint, PendingWrite
@@ -389,14 +389,7 @@ def profile(make: Callable[[], Any], work: Workload, op: str) -> str:
                 subject.put(p)
             reads = threads * (SMALL_READS // THREADS) if "2 KB" in op else threads[:BIG_READS]
             prof.runcall(lambda: [subject.latest(t) for t in reads])
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(10)
-    keep = [
-        line
-        for line in out.getvalue().splitlines()
-        if line.strip() and ("{" in line or "(" in line or "ncalls" in line)
-    ]
-    return "\n".join(keep[:12])
+    return top_functions(prof, 10)
 
 
 # ---------------------------------------------------------------------------- report

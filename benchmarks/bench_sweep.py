@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
 import os
 import platform
-import pstats
 import shutil
 import sqlite3
 import statistics
@@ -46,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _results import top_functions
 
 import durability
 from durability import Checkpoint, PendingWrite
@@ -430,14 +430,7 @@ def profile_ours(ours: Any, what: str) -> str:
     with ours() as store:
         call = plan_sweep if what == "plan" else sweep
         prof.runcall(call, store, store.settings, NOW)
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
-    keep = [
-        line
-        for line in out.getvalue().splitlines()
-        if line.strip() and ("{" in line or "(" in line or "ncalls" in line)
-    ]
-    return "\n".join(keep[:14])
+    return top_functions(prof, 12)
 
 
 # ---------------------------------------------------------------------------- report

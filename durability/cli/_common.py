@@ -132,3 +132,21 @@ def plane_key(api_key_env: str) -> str:
             "with --api-key-env); create a key with `durability plane keys create`"
         )
     return key
+
+
+def listen_options(default_port: int) -> Callable[[F], F]:
+    """``--host`` (loopback by default) and ``--port`` for a command that serves HTTP."""
+
+    def decorate(fn: F) -> F:
+        fn = click.option(
+            "--port",
+            type=click.IntRange(0, 65535),
+            default=default_port,
+            show_default=True,
+            help="Port to listen on.",
+        )(fn)
+        return click.option(
+            "--host", default="127.0.0.1", show_default=True, help="Interface to listen on."
+        )(fn)
+
+    return decorate

@@ -7,7 +7,7 @@ import os
 
 import click
 
-from durability.cli._common import friendly_errors, open_store, url_argument
+from durability.cli._common import friendly_errors, listen_options, open_store, url_argument
 
 
 def register(cli: click.Group) -> None:
@@ -17,14 +17,7 @@ def register(cli: click.Group) -> None:
 
 @click.command("serve-ops")
 @url_argument
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8470,
-    show_default=True,
-    help="Port to listen on.",
-)
+@listen_options(8470)
 def serve_ops(url: str, host: str, port: int) -> None:
     """Serve the ops service over the store at URL.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, print_json
+from durability.cli._common import friendly_errors, json_option, listen_options, print_json
 
 DEFAULT_DB = "sqlite:///durability-plane.db"
 db_option = click.option(
@@ -29,14 +29,7 @@ def plane() -> None:
 
 @plane.command("serve")
 @db_option
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8700,
-    show_default=True,
-    help="Port to listen on.",
-)
+@listen_options(8700)
 @click.option(
     "--compat", is_flag=True, help="Refuse whole batches with 413/422, as older planes do."
 )
