@@ -1452,20 +1452,9 @@ class SQLStore(Store):
             yield columns_of(columns, rows)
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
-        ledger_cols = ", ".join(
-            "l." + name
-            for name in (
-                "owner",
-                "run_id",
-                "started_at",
-                "finished_at",
-                "due_at",
-                "declared_waiting",
-                "declared_finished",
-                "lease_holder",
-                "lease_expires_at",
-            )
-        )
+        # THREAD_COLUMNS from "owner" on are the ledger's columns, under the same names.
+        ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
+        ledger_cols = ", ".join("l." + name for name in ledger)
         sql = f"""
 WITH t AS ({self._thread_totals()})
 SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, t.status, t.run_id,
