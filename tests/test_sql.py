@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from durability.stores.sql import (
     MIGRATIONS,
     SQLStore,
     _checkpoint_table,
+    _enable_wal,
     meta_table,
     migrations_table,
 )
@@ -146,3 +149,32 @@ def test_sqlite_synchronous_option(tmp_path: Path) -> None:
             with store._engine.connect() as conn:
                 assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == expected
                 assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def _open_in_wal(path: str, start: object, results: object) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    start.wait()  # type: ignore[attr-defined]
+    try:
+        _enable_wal(conn.cursor(), 30)
+        results.put(conn.execute("PRAGMA journal_mode").fetchone()[0])  # type: ignore[attr-defined]
+    except sqlite3.Error as exc:
+        results.put(repr(exc))  # type: ignore[attr-defined]
+
+
+def test_processes_opening_a_new_file_together_all_get_wal(tmp_path: Path) -> None:
+    """Switching a new file to WAL answers "locked" at once to all but one opener (no busy
+    handler): every opener of the store waits its turn instead of failing."""
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(20):
+        path = str(tmp_path / f"race-{round_}.db")
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE t (x)")
+        start, results = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_open_in_wal, args=(path, start, results)) for _ in range(6)]
+        for proc in procs:
+            proc.start()
+        start.set()
+        for proc in procs:
+            proc.join(60)
+        assert [results.get(timeout=10) for _ in procs] == ["wal"] * 6

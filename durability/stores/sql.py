@@ -548,7 +548,7 @@ class SQLStore(Store):
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
         cursor.execute(f"PRAGMA wal_autocheckpoint = {int(self.options.wal_autocheckpoint)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor, self.options.busy_timeout_ms / 1000)
         cursor.execute(f"PRAGMA synchronous = {self.options.synchronous}")
         cursor.close()
 
@@ -2015,6 +2015,27 @@ def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
 
 #: A pooled Postgres connection idle longer than this is pinged with a round trip on checkout.
 PING_AFTER_IDLE_S = 10.0
+
+
+def _enable_wal(cursor: sqlite3.Cursor, timeout: float) -> None:
+    """Put the database in WAL mode, waiting out a concurrent opener for up to ``timeout`` s.
+
+    WAL is a property of the file, so only the first opener changes it. That change needs an
+    exclusive lock and SQLite answers ``database is locked`` at once, without its busy
+    handler, when another process is opening the same new file: retry until one of us wins.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 def _pre_ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
