@@ -73,6 +73,11 @@ def parse_duration(text: str | timedelta, *, name: str = "duration") -> timedelt
     """
     if isinstance(text, timedelta):
         value = text
+    elif not isinstance(text, str):
+        raise ConfigError(
+            f"cannot read {name}={text!r}: a duration is text or a timedelta; "
+            "write it like 30d, 12h, 1d12h, 90m or ISO 8601 (P30D, PT12H)"
+        )
     else:
         raw = text.strip()
         seconds = _parse_seconds(raw)
@@ -124,6 +129,10 @@ class Settings:
 
     def __post_init__(self) -> None:
         refuse_removed_variables()
+        if not isinstance(self.url, str) or not self.url.strip():
+            raise ConfigError(
+                f"cannot use the store URL {self.url!r}: give one such as {DEFAULT_URL}"
+            )
         object.__setattr__(
             self, "waiting_retention", parse_duration(self.waiting_retention, name=ENV_WAITING)
         )
@@ -150,6 +159,12 @@ class Settings:
 
     def update(self, **changes: Any) -> Settings:
         """A settings write: a copy with ``changes``, checked like a fresh construction."""
+        unknown = sorted(set(changes) - set(self.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(
+                f"cannot update the settings: no setting named {', '.join(map(repr, unknown))}; "
+                f"the settings are {', '.join(self.__dataclass_fields__)}"
+            )
         return replace(self, **changes)
 
 
@@ -250,6 +265,11 @@ def check_park_deadline(
         raise ParkRefused(
             f"refusing to park thread {thread_id!r}: the ask has no deadline; give it a deadline "
             f"within the thread's waiting retention ({format_duration(horizon)} from now)"
+        )
+    if deadline.tzinfo is None or deadline.utcoffset() is None:
+        raise ParkRefused(
+            f"refusing to park thread {thread_id!r}: its deadline {deadline.isoformat()} has no "
+            "time zone; give an aware datetime (for example with tzinfo=timezone.utc)"
         )
     if deadline > now + horizon:
         raise ParkRefused(

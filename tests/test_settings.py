@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -158,3 +159,19 @@ def test_park_deadline_rules() -> None:
             now=NOW,
             deadline=NOW + timedelta(days=3),
         )
+    with pytest.raises(ParkRefused, match="has no time zone"):
+        check_park_deadline(PLATFORM, None, thread_id="t", now=NOW, deadline=datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Settings(waiting_retention=30), "a duration is text or a timedelta"),  # type: ignore[arg-type]
+        (lambda: Settings(url=""), "give one such as sqlite:///durability.db"),
+        (lambda: Settings().update(waiting=timedelta(days=1)), "no setting named 'waiting'"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_value(build: Any, message: str) -> None:
+    """A wrong type, an empty URL or an unknown setting is a ConfigError, not a TypeError."""
+    with pytest.raises(ConfigError, match=message):
+        build()

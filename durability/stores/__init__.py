@@ -18,6 +18,7 @@ URL                                    provider
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from durability.errors import ConfigError
@@ -60,8 +61,33 @@ def open_store(url: str, **options: Any) -> Store:
         )
     module_name, _, class_name = target.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
+    accepted = _options_of(cls)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"cannot open {redact_url(url)}: the {scheme} provider takes no option "
+            f"{', '.join(map(repr, unknown))}; its options are {', '.join(sorted(accepted))}"
+        )
     store: Store = cls(url, **options)
     return store
+
+
+def _options_of(cls: type) -> set[str]:
+    """The keyword options a provider takes: its constructor's and, through ``**kwargs``, its
+    bases' (``settings`` and ``clock`` come from :class:`Store`)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        names |= {
+            p.name
+            for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "url")
+        }
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 __all__ = ["PROVIDERS", "Capabilities", "Store", "ThreadPage", "open_store"]
