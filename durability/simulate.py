@@ -14,7 +14,8 @@ loop per thread), so 100,000 threads under 50 candidate policies take well under
 The retention rules are the ones of :mod:`durability.settings` (seed 004), called once per
 distinct declared retention rather than re-derived here: a waiting thread is due its waiting
 horizon after its newest checkpoint; a finished thread is due its finished horizon after its
-mark (each thread on one horizon, as :func:`durability.sweep.plan_sweep` classifies it). A policy under
+mark, or its waiting horizon if that passes first (each thread on one horizon, as
+:func:`durability.sweep.plan_sweep` classifies it). A policy under
 study is every thread's ceiling, as the platform values are: a declared value above it is
 capped at it (:func:`durability.settings.waiting_horizon` applies the ceiling). Unlike the real sweep, which keeps the due time fixed at the mark, a simulated
 policy applies its finished value to every mark (the question is "what if this value had been
@@ -250,13 +251,16 @@ class _Threads:
     def due(self, policy: Policy) -> tuple[Ints, NDArray[np.bool_]]:
         """When the sweep may delete each thread under ``policy``, and whether it is finished.
 
-        A finished thread goes on the finished horizon only, a waiting one on the waiting
-        horizon (as the sweep classifies them); a waiting thread with no checkpoint is never due.
+        A finished thread is due its finished horizon after its mark, or its waiting horizon
+        after its newest checkpoint if that comes first (as the sweep classifies it); a thread
+        with no checkpoint is due only by its mark.
         """
         waiting_h, finished_h = self.declared.horizons(policy)
-        by_finished = self.finished != _NAT
+        marked = self.finished != _NAT
         waiting_due = np.where(self.newest == _NAT, _NEVER, self.newest + waiting_h)
-        due = np.where(by_finished, self.finished + finished_h, waiting_due)
+        finished_due = np.where(marked, self.finished + finished_h, _NEVER)
+        by_finished = marked & (finished_due <= waiting_due)
+        due = np.minimum(finished_due, waiting_due)
         # Spared while a park is unexpired or a lease is live: deleted at the first sweep after.
         return np.maximum(due, self.spared_until), by_finished
 

@@ -8,9 +8,10 @@ Two horizons:
 
 * ``finished``: every thread marked finished whose due time (fixed at its mark, from the
   retention in force then) is at or before ``now`` is deleted, on every provider.
-* ``waiting``: on providers that sweep waiting threads (postgres, sqlite), every unmarked thread
-  whose newest checkpoint is older than its waiting retention (the one declared at its latest
-  run start, else the platform's) is deleted. On redis the key TTL does this and on memory the
+* ``waiting``: on providers that sweep waiting threads (postgres, sqlite), every thread whose
+  newest checkpoint is older than its waiting retention (the one declared at its latest run
+  start, else the platform's) is deleted — a finished thread too, when that comes before its
+  mark's due time (a mark never extends a thread's life; Redis's TTL takes it marked or not). On redis the key TTL does this and on memory the
   thread lives with its process: both are reported as skipped.
 
 It works as validate → plan → apply. :func:`plan_sweep` reads every thread once, classifies it
@@ -463,6 +464,7 @@ def _plan(
     moment = np.datetime64(to_micros(now), "us")
     _classify_finished(c, finished, moment)
     _classify_waiting(c, ~finished, moment, settings, store)
+    _classify_idle_finished(c, finished, moment, settings, store)
     due = np.flatnonzero(c["action"] == "delete")
     candidates = _Candidates(table, order[due].tolist())
     claims = _ask(store, candidates, now, filters)
@@ -497,6 +499,27 @@ def _classify_finished(c: dict[str, Any], rows: Any, now: Any) -> None:
     c["reason"][rows & ~known] = "finished, but no due time is recorded"
     c["reason"][passed] = "finished, and its due time has passed"
     c["reason"][known & ~passed] = "finished; not due yet"
+
+
+def _classify_idle_finished(
+    c: dict[str, Any], finished: Any, now: Any, settings: Settings, store: Store
+) -> None:
+    """A finished thread not yet due its mark, but idle past its waiting retention, is deleted
+    on the waiting horizon where the sweep measures it (seed 004 step 2 covers *every* thread,
+    as Redis's TTL takes a thread marked or not): a mark never extends a thread's life."""
+    import numpy as np
+
+    pending = finished & (c["action"] == "not_due")
+    if _skipped_reason(store) is not None or not pending.any():
+        return
+    judged = {k: c[k].copy() for k in ("action", "reason", "due_at")}
+    judged |= {k: c[k] for k in ("declared_waiting", "newest_at", "started_at")}
+    _classify_waiting(judged, pending, now, settings, store)
+    idle = pending & (judged["action"] == "delete")
+    c["horizon"][idle] = "waiting"
+    c["action"][idle] = "delete"
+    c["due_at"][idle] = judged["due_at"][idle]
+    c["reason"][idle] = "finished but not due yet; " + judged["reason"][idle].astype(object)
 
 
 def _classify_waiting(

@@ -95,12 +95,20 @@ def test_declared_values_shorten_and_the_policy_caps_them() -> None:
 
 def test_an_unset_declared_finished_is_capped_at_the_declared_waiting() -> None:
     """Seed 004: an unset finished is the platform's, capped at the thread's waiting one."""
-    threads = threads_frame(
-        [thread("f", newest_at=T0 - DAY * 5, finished_at=T0, declared_waiting=DAY * 6)]
-    )
+    threads = threads_frame([thread("f", newest_at=T0, finished_at=T0, declared_waiting=DAY * 6)])
     frame = daily(threads, Policy(DAY * 30, DAY * 7), T0, 10)
     assert first_deletion_day(frame) == 6  # the mark + min(7d, declared waiting 6d)
     assert frame["deleted_finished_threads"].sum() == 1
+
+
+def test_a_mark_never_extends_the_waiting_horizon() -> None:
+    """A thread marked long after its last checkpoint goes when its waiting horizon passes,
+    on the waiting horizon, if that comes before the mark's due time (as the sweep does)."""
+    threads = threads_frame([thread("late", newest_at=T0 - DAY * 29, finished_at=T0)])
+    frame = daily(threads, Policy(DAY * 30, DAY * 7), T0, 10)
+    assert first_deletion_day(frame) == 1  # newest + 30d, not the mark + 7d
+    assert frame["deleted_waiting_threads"].sum() == 1
+    assert frame["deleted_finished_threads"].sum() == 0
 
 
 def test_parks_and_live_leases_are_spared_until_they_end() -> None:
@@ -155,10 +163,9 @@ def test_the_simulation_agrees_with_the_settings_rules_thread_by_thread() -> Non
     expected = np.zeros(days, dtype=int)
     for row in rows:
         declared = Retention(row["declared_waiting"], row["declared_finished"])
-        if row["finished_at"] is not None:
-            due = row["finished_at"] + finished_horizon(settings, declared)
-        else:
-            due = row["newest_at"] + waiting_horizon(settings, declared)
+        due = row["newest_at"] + waiting_horizon(settings, declared)
+        if row["finished_at"] is not None:  # a mark never extends the waiting horizon
+            due = min(due, row["finished_at"] + finished_horizon(settings, declared))
         day = max(0, -((start - due) // DAY))  # first sweep at or after due
         if day < days:
             expected[day] += 1

@@ -154,6 +154,28 @@ def test_a_waiting_thread_goes_its_waiting_retention_after_its_newest_checkpoint
         assert store.has_thread("open"), "the sweep leaves it to the key TTL or the process"
 
 
+def test_a_late_mark_never_extends_the_waiting_horizon_on_sql(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Seed 004 step 2 covers every thread: one marked finished 29 days after its last
+    checkpoint still goes 30 days after that checkpoint (on the waiting horizon), not 7 days
+    after the mark; redis and memory leave that horizon to the key TTL and the process."""
+    started(store, "late")
+    clock.advance(29 * DAY)
+    store.mark_finished("late")
+    clock.advance(DAY)
+    plan = plan_sweep(store)
+    if sweeps_waiting(store):
+        assert actions(plan) == {"late": ("waiting", "delete")}
+        assert plan.rows[0].due_at == T0 + 30 * DAY
+        assert plan.rows[0].reason.startswith("finished but not due yet; idle past")
+        assert sweep(store).deleted_ids("waiting") == ["late"]
+        assert not store.has_thread("late")
+    else:
+        assert actions(plan) == {"late": ("finished", "not_due")}
+        assert sweep(store).deleted_ids() == []
+
+
 def test_the_declared_waiting_retention_recorded_at_run_start_is_the_threads_horizon(
     store: Store, clock: FrozenClock
 ) -> None:
