@@ -507,7 +507,6 @@ def _classify_idle_finished(
     """A finished thread not yet due its mark, but idle past its waiting retention, is deleted
     on the waiting horizon where the sweep measures it (seed 004 step 2 covers *every* thread,
     as Redis's TTL takes a thread marked or not): a mark never extends a thread's life."""
-    import numpy as np
 
     pending = finished & (c["action"] == "not_due")
     if _skipped_reason(store) is not None or not pending.any():
