@@ -50,14 +50,18 @@ def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
     for extra in ("dev", "langgraph"):
         wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    listed: set[str] = set()
+    names: list[str] = []
     for dep in env["dependencies"]:
         if isinstance(dep, dict):
-            listed |= {_name(p) for p in dep["pip"] if not p.startswith("-e")}
+            names += [_name(p) for p in dep["pip"] if not p.startswith("-e")]
         else:
             name = _name(dep)
             if name not in ("python", "pip"):
-                listed.add(_name(CONDA_TO_PIP.get(name, name)))
+                names.append(_name(CONDA_TO_PIP.get(name, name)))
+    listed = set(names)
+    assert len(names) == len(listed), (
+        f"listed twice: {sorted({n for n in names if names.count(n) > 1})}"
+    )
     assert listed == wanted, (
         f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
     )
