@@ -484,8 +484,11 @@ class Store(ABC):
     def _stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
         """What a put returns: ``cp`` with what the store filled in.
 
-        Not decoded back from ``row``: the codec round-trips exactly, so a read returns an
-        equal checkpoint, and decoding what was just encoded cost a third of a SQLite put.
+        Not decoded back from ``row`` (decoding what was just encoded cost a third of a SQLite
+        put): its values are the caller's own objects. A read returns them decoded, which is
+        equal for every type the codec keeps except the two it reads back as another type (an
+        exception as a ``CheckpointedException``, pydantic's parsed offset as a
+        ``datetime.timezone``).
         """
         row.seq = seq
         return cp.evolve(
