@@ -161,3 +161,39 @@ def test_a_non_langgraph_thread_is_refused_clearly(target: StoreTarget) -> None:
         with pytest.raises(StoreError, match="not written by a LangGraph saver"):
             saver.get_tuple({"configurable": {"thread_id": "runner-thread"}})
         assert list(saver.list(None)) == [], "list(None) skips checkpoints of other kinds"
+
+
+def test_the_sweep_and_marks_apply_to_langgraph_threads(target: StoreTarget) -> None:
+    """An interrupted graph is a waiting thread (never spared as a park): on postgres and sqlite
+    the sweep deletes it once idle past the waiting retention, on redis and memory that horizon
+    is skipped; a finished graph thread the owner marked goes its finished retention later."""
+    from datetime import UTC, datetime, timedelta
+
+    from durability.clock import FrozenClock
+    from durability.settings import Settings
+    from durability.sweep import plan_sweep, sweep
+
+    clock = FrozenClock(datetime.now(UTC))
+    settings = Settings(waiting_retention="30d", finished_retention="7d")
+    with target.open(clock=clock, settings=settings) as store:
+        lg.start(DurabilitySaver(store), "asking")
+        lg.start(DurabilitySaver(store), "answered")
+        lg.resume_sync(DurabilitySaver(store), "answered", "yes")
+        store.mark_finished("answered")
+
+        clock.advance(timedelta(days=7, seconds=1))
+        result = sweep(store)
+        assert result.deleted_ids("finished") == ["answered"]
+        assert result.checkpoints("finished") == 4
+        assert not store.has_thread("answered")
+
+        clock.advance(timedelta(days=23))
+        row = {r.thread_id: r for r in plan_sweep(store).rows}["asking"]
+        if store.capabilities.sweeps_waiting:
+            assert (row.horizon, row.action) == ("waiting", "delete"), row.reason
+            assert sweep(store).deleted_ids("waiting") == ["asking"]
+            assert not store.has_thread("asking")
+        else:
+            assert (row.horizon, row.action) == ("waiting", "skipped")
+            assert sweep(store).deleted_ids() == []
+            assert store.has_thread("asking")
