@@ -797,12 +797,14 @@ THREAD = st.fixed_dictionaries(
         "finished": st.booleans(),
         "lease_days": st.none() | st.integers(-2, 5),
         "unsynced": st.booleans(),
+        "park_days": st.none() | st.integers(1, 40),
     }
 )
 
 
 def build(store: Store, clock: FrozenClock, threads: list[dict[str, Any]]) -> None:
-    """A store holding ``threads``: each started ``age_days`` before T0+40d, some marked, leased, unsynced."""
+    """A store holding ``threads``: each started ``age_days`` before T0+40d, some marked, leased,
+    unsynced, parked (where the store can park)."""
     for n, spec in enumerate(threads):
         thread_id = f"t{n}"
         clock.set(T0 + timedelta(days=40 - spec["age_days"]))
@@ -817,6 +819,14 @@ def build(store: Store, clock: FrozenClock, threads: list[dict[str, Any]]) -> No
         store.record_run_start(thread_id, run_id=f"r{n}", owner="h", retention=retention)
         for i in range(spec["checkpoints"]):
             store.put(Checkpoint(thread_id=thread_id, node_id=f"s{i}"), synced=not spec["unsynced"])
+        if spec["park_days"] is not None and store.capabilities.can_park:
+            # A deadline within the thread's waiting horizon: expired or not by T0+40d.
+            days = min(spec["park_days"], waiting or SETTINGS.waiting_retention.days)
+            store.park(
+                Checkpoint(thread_id=thread_id, node_id="ask", status="interrupted"),
+                deadline=clock() + timedelta(days=days),
+                reason="approval",
+            )
         if spec["finished"]:
             store.mark_finished(thread_id)
         if spec["lease_days"] is not None:
@@ -825,9 +835,9 @@ def build(store: Store, clock: FrozenClock, threads: list[dict[str, Any]]) -> No
     clock.set(T0 + timedelta(days=40))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
 def small_target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[StoreTarget]:
-    """The two providers the property runs on (fast enough for many examples)."""
+    """Every provider (SQLite may park), one store reset for each example."""
     from conftest import make_target
 
     yield from make_target(request.param, tmp_path)
