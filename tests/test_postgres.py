@@ -14,7 +14,7 @@ from conftest import POSTGRES_URL, postgres_admin
 
 import durability
 from durability import Checkpoint
-from durability.errors import ConfigError
+from durability.errors import CheckpointStoreFormatError, ConfigError
 from durability.settings import Settings
 from durability.stores.sql import (
     MIGRATIONS,
@@ -209,3 +209,19 @@ def test_sessions_are_named_and_pooled(admin: Any, schema: str) -> None:
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'durability' AND datname = 'test'"
             ).scalar()
         assert names >= 1
+
+
+def test_checkpoints_without_a_generation_are_refused(admin: Any, schema: str) -> None:
+    """A schema holding checkpoints but no recorded generation is refused at first use, naming
+    the reset command; after `reset` the store is usable again (seed 004 "The store format")."""
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id="t"))
+    with admin.begin() as conn:
+        conn.execute(meta_table.delete().execution_options(schema_translate_map={None: schema}))
+    with open_pg(schema) as store:
+        with pytest.raises(CheckpointStoreFormatError, match="durability store reset"):
+            store.history("t")
+        store.reset()
+        assert store.history("t") == []
+        store.put(Checkpoint(thread_id="t"))
+        assert len(store.history("t")) == 1
