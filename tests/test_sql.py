@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 import durability
 from durability import Checkpoint
-from durability.errors import CheckpointStoreFormatError, ConfigError, StoreUnavailable
+from durability.errors import CheckpointStoreFormatError, ConfigError, StoreError, StoreUnavailable
 from durability.settings import Settings
 from durability.stores.base import redact_url
 from durability.stores.sql import (
@@ -181,3 +181,18 @@ def test_processes_opening_a_new_file_together_all_get_wal(tmp_path: Path) -> No
         for proc in procs:
             proc.join(60)
         assert [results.get(timeout=10) for _ in procs] == ["wal"] * 6
+
+
+def test_a_changed_schema_is_reported_with_what_to_check(tmp_path: Path) -> None:
+    """A table someone dropped fails the read naming the action and what to do next."""
+    path = tmp_path / "dropped.db"
+    with open_sqlite(path) as store:
+        store.put(Checkpoint(thread_id="t"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE durability_checkpoints")
+    with open_sqlite(path) as store, pytest.raises(StoreError) as info:
+        store.latest("t")
+    message = str(info.value)
+    assert message.startswith("cannot read the latest checkpoint")
+    assert "durability_checkpoints" in message
+    assert "`durability store reset URL` recreates them" in message

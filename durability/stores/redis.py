@@ -223,7 +223,9 @@ class RedisStore(Store):
             ) from exc
         except redis.RedisError as exc:
             raise StoreError(
-                f"cannot {action} in {redact_url(self.url)}: Redis refused it ({exc})"
+                f"cannot {action} in {redact_url(self.url)}: Redis refused it ({exc}); check the "
+                f"server's log (memory limit, a read-only replica) and that nothing else writes "
+                f"keys under the prefix {self.prefix!r}"
             ) from exc
 
     def _run(self, action: str, call: Callable[[bool], T]) -> T:

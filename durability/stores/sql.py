@@ -576,7 +576,12 @@ class SQLStore(Store):
         where = redact_url(self.url)
         if isinstance(exc, sa_exc.IntegrityError):
             return StoreError(
-                f"cannot {action} in {where}: the database refused it ({_driver_message(exc)})"
+                f"cannot {action} in {where}: the database refused it ({_driver_message(exc)}); "
+                f"{_CHECK_THE_SCHEMA}"
+            )
+        if _SCHEMA_CHANGED.search(_driver_message(exc)):  # SQLite says so as an OperationalError
+            return StoreError(
+                f"cannot {action} in {where}: {_driver_message(exc)}; {_CHECK_THE_SCHEMA}"
             )
         if isinstance(
             exc,
@@ -594,7 +599,9 @@ class SQLStore(Store):
                 f"cannot {action} at {where}: {_driver_message(exc)}; use sqlite:///path.db or "
                 "postgresql+psycopg://user@host/db (psycopg 3 is installed with durability)"
             )
-        return StoreError(f"cannot {action} in {where}: {_driver_message(exc)}")
+        return StoreError(
+            f"cannot {action} in {where}: {_driver_message(exc)}; {_CHECK_THE_SCHEMA}"
+        )
 
     def _driver_error(self, exc: Exception, fairy: Any) -> sa_exc.SQLAlchemyError:
         """A raw driver error as SQLAlchemy's, invalidating the pooled connection if it is gone."""
@@ -2015,6 +2022,13 @@ def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
 
 #: A pooled Postgres connection idle longer than this is pinged with a round trip on checkout.
 PING_AFTER_IDLE_S = 10.0
+
+
+_SCHEMA_CHANGED = re.compile(r"no such (table|column)|has no column named")
+_CHECK_THE_SCHEMA = (
+    "check that the database user may read and write the store's tables and that nothing else "
+    "changed them (`durability store reset URL` recreates them, deleting every checkpoint)"
+)
 
 
 def _enable_wal(cursor: sqlite3.Cursor, timeout: float) -> None:
