@@ -759,11 +759,6 @@ def sweep(
     except BaseException:
         metrics.SWEEP_RUNS.labels(outcome="failure").inc()
         raise
-    for horizon in HORIZONS:
-        metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(deleted[horizon]))
-        metrics.SWEEP_DELETED_CHECKPOINTS.labels(horizon=horizon).inc(
-            sum(d.checkpoints for d in deleted[horizon])
-        )
     metrics.SWEEP_RUNS.labels(outcome="success").inc()
     metrics.SWEEP_LAST_SUCCESS.set_to_current_time()
     result = SweepResult(
@@ -815,8 +810,14 @@ def _skipped(store: Store, plan: SweepPlan) -> dict[str, SkippedHorizon]:
 def _apply(
     store: Store, plan: SweepPlan, *, progress: bool, batch_size: int
 ) -> tuple[dict[str, tuple[DeletedThread, ...]], int]:
-    """Delete the plan's ``delete`` rows, horizon by horizon, batch by batch."""
+    """Delete the plan's ``delete`` rows, horizon by horizon, batch by batch.
+
+    Each batch is counted on the deleted metrics as it completes, so a sweep that fails later
+    still counts what it did delete.
+    """
     from tqdm.auto import tqdm
+
+    from durability import metrics
 
     work: dict[str, list[str]] = {
         h: plan._values("thread_id", plan._where("delete", h)) for h in HORIZONS
@@ -833,10 +834,15 @@ def _apply(
                 batch = ids[start : start + batch_size]
                 removed, rounds = _delete_until_empty(store, batch)
                 most_rounds = max(most_rounds, rounds)
-                done += [
+                batch_deleted = [
                     DeletedThread(t, horizon, removed[t].checkpoints, removed[t].writes)
                     for t in batch
                 ]
+                metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(batch))
+                metrics.SWEEP_DELETED_CHECKPOINTS.labels(horizon=horizon).inc(
+                    sum(d.checkpoints for d in batch_deleted)
+                )
+                done += batch_deleted
                 bar.update(len(batch))
             deleted[horizon] = tuple(done)
     return deleted, most_rounds
