@@ -128,7 +128,9 @@ class _ReplicationFilter:
     """In a store that replicates, claims a thread holding checkpoints the plane lacks.
 
     Pending and quarantined rows both count: the plane has neither, and the sweep never
-    deletes what was never replicated (fastaiagent's ``prune()`` did).
+    deletes what was never replicated (fastaiagent's ``prune()`` did). A store replicates once
+    connected, disconnected or not, until ``durability outbox forget``; a store never connected
+    does not, so a deployment without a plane sweeps freely (see :attr:`Store.replicates`).
     """
 
     owner = "replication"

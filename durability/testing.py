@@ -1000,6 +1000,13 @@ def check_outbox(target: StoreTarget) -> None:
         assert not store.replicates
         store.record_connection("p1", "http://plane.example")
         assert store.replicates
+        assert [(c.project_id, c.open) for c in store.connections()] == [("p1", True)]
+        clock.advance(timedelta(seconds=1))
+        store.record_disconnection("p1")
+        assert store.replicates, "a disconnect keeps the record: the store still replicates"
+        [closed] = store.connections()
+        assert (closed.target, closed.disconnected_at) == ("http://plane.example", clock())
+        store.record_disconnection("p-unknown")
         assert [c.project_id for c in store.connections()] == ["p1"]
         store.forget_connection("p1")
         assert not store.replicates

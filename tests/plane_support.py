@@ -221,3 +221,13 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
 def fast_backoff() -> Backoff:
     """Retry delays of a few milliseconds (the injected backoff clock of the tests)."""
     return Backoff(initial=0.002, cap=0.01, jitter=0.0)
+
+
+@pytest.fixture
+def down_plane() -> str:
+    """The URL of a plane that is down: nothing listens on its loopback port any more."""
+    from starlette.applications import Starlette
+
+    gone = serve_in_thread(Starlette())
+    gone.stop()
+    return gone.url

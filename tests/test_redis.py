@@ -10,13 +10,16 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from conftest import REDIS_URL, drop_redis_prefix, redis_admin
+from plane_support import PlaneHandle
 from redis.crc import key_slot
 
 import durability
 from durability import Checkpoint, PendingWrite
 from durability.errors import CheckpointConflict, CheckpointDeleteError, ConfigError
+from durability.replication import connect
 from durability.settings import Settings, declare_retention
 from durability.stores import redis_lua
 from durability.stores.redis import RedisStore, thread_tag
@@ -274,7 +277,8 @@ def test_unreplicated_rows_outlive_their_thread_when_the_store_replicates(
 def test_unreplicated_rows_expire_with_their_thread_when_nothing_replicates(
     open_redis: Opener,
 ) -> None:
-    """Without a recorded connection nothing will ever send a row: it expires with its thread."""
+    """A store never connected does not replicate (a deployment without a plane keeps its TTL): a
+    pending row expires with its thread."""
     store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
     store.put(Checkpoint(thread_id="t-gone"))
     assert len(store.fetch_unsynced()) == 1
@@ -283,6 +287,88 @@ def test_unreplicated_rows_expire_with_their_thread_when_nothing_replicates(
         time.sleep(0.05)
     assert store.fetch_unsynced() == []
     assert store.latest("t-gone") is None
+
+
+def wait_for_expiry(store: RedisStore, thread_id: str) -> None:
+    deadline = time.monotonic() + 5
+    while store.thread(thread_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.thread(thread_id) is None, f"{thread_id} did not expire"
+
+
+def connect_and_disconnect(store: RedisStore, target: str, api_key: str = "dpk_unused") -> None:
+    """A process connects the store, drains once and disconnects cleanly."""
+    with httpx.Client(timeout=1.0) as http:
+        connect(store, target, api_key, http=http, background=False).close(timeout=5)
+
+
+def test_pending_rows_outlive_their_thread_after_a_disconnect_and_go_at_the_next_connect(
+    open_redis: Opener, admin: Any, down_plane: str, plane: PlaneHandle
+) -> None:
+    """Rows buffered while connected, and rows written after the disconnect (which re-applies the
+    thread's expiry), keep their outbox entries past a 1 s retention; the thread's own keys
+    still expire whole; the next connect sends every row and leaves no key behind."""
+    store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
+    with httpx.Client(timeout=1.0) as http:
+        conn = connect(store, down_plane, "dpk_unused", http=http, background=False)
+        store.put(Checkpoint(thread_id="t-buffered", checkpoint_id="while-connected"))
+        conn.close(timeout=5)
+    store.put(Checkpoint(thread_id="t-buffered", checkpoint_id="after-disconnect"))
+    store.put(Checkpoint(thread_id="t-later", checkpoint_id="other-thread"))
+    wait_for_expiry(store, "t-buffered")
+    wait_for_expiry(store, "t-later")
+    left = {k.rpartition(":")[2] for k in thread_keys(store, "t-buffered") if admin.exists(k)}
+    assert left == {"od", "os"}, "only the outbox outlives the thread"
+    assert [c.checkpoint_id for c in store.fetch_unsynced()] == [
+        "while-connected",
+        "after-disconnect",
+        "other-thread",
+    ]
+    connect_and_disconnect(store, plane.url, plane.key)
+    assert plane.ids_on_plane("t-buffered") == ["while-connected", "after-disconnect"]
+    assert plane.ids_on_plane("t-later") == ["other-thread"]
+    assert store.outbox() == []
+    for thread_id in ("t-buffered", "t-later"):
+        assert not [k for k in thread_keys(store, thread_id) if admin.exists(k)]
+
+
+def test_rows_written_before_the_first_connect_wait_for_the_plane_from_the_connect_on(
+    open_redis: Opener, down_plane: str, plane: PlaneHandle
+) -> None:
+    """A connect (to a plane that is down) keeps the rows a never-connected store already holds,
+    even on threads nobody writes again; the next reachable connect sends them."""
+    store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
+    store.put(Checkpoint(thread_id="t-early", checkpoint_id="before-any-connect"))
+    connect_and_disconnect(store, down_plane)
+    wait_for_expiry(store, "t-early")
+    assert [c.checkpoint_id for c in store.fetch_unsynced()] == ["before-any-connect"]
+    connect_and_disconnect(store, plane.url, plane.key)
+    assert plane.ids_on_plane("t-early") == ["before-any-connect"]
+
+
+def test_forgetting_the_last_connection_gives_the_outbox_back_its_threads_expiry(
+    open_redis: Opener, admin: Any
+) -> None:
+    """Once the store no longer replicates, a live thread's outbox keys expire with the thread and
+    the rows of a thread that already expired (kept only for the plane) go at once."""
+    settings = Settings(waiting_retention=timedelta(seconds=1))
+    store = open_redis(settings=settings)
+    store.record_connection("", "http://plane.example")
+    store.put(Checkpoint(thread_id="t-orphan"))
+    wait_for_expiry(store, "t-orphan")
+    store.put(Checkpoint(thread_id="t-live"))
+    live = dict(zip(redis_lua.THREAD_KEYS, thread_keys(store, "t-live"), strict=True))
+    assert admin.pexpiretime(live["od"]) == -1, "kept while the store replicates"
+    store.forget_connection("")
+    assert not store.replicates
+    thread_expiry = admin.pexpiretime(live["m"])
+    assert thread_expiry > 0
+    assert admin.pexpiretime(live["od"]) == admin.pexpiretime(live["os"]) == thread_expiry
+    assert [e.thread_id for e in store.outbox()] == ["t-live"]
+    assert not [k for k in thread_keys(store, "t-orphan") if admin.exists(k)]
+    assert admin.zcard(store._k_outbox) == 1, "the orphan's index entry went too"
+    wait_for_expiry(store, "t-live")
+    assert store.outbox() == []
 
 
 def test_seqs_of_pending_rows_are_never_reused_after_expiry(open_redis: Opener) -> None:

@@ -39,6 +39,23 @@ def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
         assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
 
 
+def test_a_connection_record_from_before_version_6_survives_the_upgrade(tmp_path: Path) -> None:
+    """Version 6 adds ``disconnected_at``: an older store's record reads as open and can be closed."""
+    path = tmp_path / "v5.db"
+    with open_sqlite(path) as store:
+        store.record_connection("p", "http://plane.example")
+    with sqlite3.connect(path) as raw:  # the store as version 5 left it
+        raw.execute("ALTER TABLE durability_connections DROP COLUMN disconnected_at")
+        raw.execute("DELETE FROM durability_migrations WHERE version = 6")
+    with open_sqlite(path) as store:
+        [record] = store.connections()
+        assert (record.project_id, record.open) == ("p", True)
+        store.record_disconnection("p")
+        assert not store.connections()[0].open
+        assert store.replicates
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+
+
 def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
     """Rows written before the outbox existed count as already replicated (seed 000 v13)."""
     path = tmp_path / "old.db"

@@ -1,10 +1,14 @@
-"""``durability outbox status|release``: what a store has not replicated yet, and re-queueing refused rows."""
+"""``durability outbox status|forget|release``: what a store has not replicated yet, unregistering
+an abandoned plane, and re-queueing refused rows."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import click
 
 from durability.cli._common import (
+    cell,
     friendly_errors,
     json_option,
     open_store,
@@ -28,8 +32,9 @@ def outbox() -> None:
 @url_argument
 @json_option
 def status(url: str, as_json: bool) -> None:
-    """Pending, synced and quarantined rows per project, the oldest pending row's age, and the
-    plane each project replicates to ("no connection": its rows stay buffered)."""
+    """Pending, synced and quarantined rows per project, the oldest pending row's age, the plane
+    each project replicates to, and whether it is connected ("disconnected": its rows wait for
+    the next connect; "no connection": never connected, or forgotten)."""
     from durability.replication.outbox import outbox_status, supports_outbox
 
     with friendly_errors(), open_store(url) as store:
@@ -38,6 +43,7 @@ def status(url: str, as_json: bool) -> None:
                 f"{store!r} keeps no outbox: the {store.provider} store does not replicate"
             )
         rows = outbox_status(store)
+        replicates = store.replicates
         now = store.clock()
     ages = {
         r.project_id: (now - r.oldest_pending_at).total_seconds() if r.oldest_pending_at else None
@@ -54,13 +60,24 @@ def status(url: str, as_json: bool) -> None:
                     "oldest_pending_at": r.oldest_pending_at,
                     "oldest_pending_age_seconds": ages[r.project_id],
                     "connected_to": r.connected_to,
+                    "connection": r.connection,
+                    "disconnected_at": r.disconnected_at,
                 }
                 for r in rows
             ]
         )
         return
     print_table(
-        ["project", "pending", "synced", "quarantined", "oldest pending", "age (s)", "connection"],
+        [
+            "project",
+            "pending",
+            "synced",
+            "quarantined",
+            "oldest pending",
+            "age (s)",
+            "plane",
+            "connection",
+        ],
         [
             (
                 r.project_id or "(none)",
@@ -69,11 +86,112 @@ def status(url: str, as_json: bool) -> None:
                 r.quarantined,
                 r.oldest_pending_at,
                 None if ages[r.project_id] is None else round(ages[r.project_id] or 0.0, 1),
-                r.connected_to or "no connection",
+                r.connected_to,
+                _connection_cell(r.connection, r.disconnected_at),
             )
             for r in rows
         ],
     )
+    unsent = sum(r.pending + r.quarantined for r in rows)
+    if not unsent:
+        return
+    if replicates:
+        click.echo(
+            "\nThe store replicates: the sweep, `durability threads delete` and Redis's TTL keep "
+            "every row the plane lacks until it is sent (a disconnected project's at its next "
+            "connect). "
+            "`durability outbox forget URL --project P` gives up a plane for good."
+        )
+    else:
+        click.echo(
+            "\nThe store was never connected (or its connections were forgotten), so it does not "
+            "replicate: nothing keeps these rows from the sweep; those still held when a project "
+            "first connects are sent then."
+        )
+
+
+def _connection_cell(connection: str, disconnected_at: datetime | None) -> str:
+    if connection == "none":
+        return "no connection"
+    if disconnected_at is None:
+        return connection
+    return f"{connection} {cell(disconnected_at)}"
+
+
+@outbox.command("forget")
+@url_argument
+@click.option(
+    "--project",
+    "project_id",
+    default="",
+    metavar="P",
+    help="The project whose connection to forget [default: the default project, empty].",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Forget it even though the plane lacks some of the project's checkpoints.",
+)
+@json_option
+def forget(url: str, project_id: str, force: bool, as_json: bool) -> None:
+    """Unregister project P of the store at URL from replication (when its plane is abandoned).
+
+    A disconnect keeps a project's connection recorded, so the store goes on replicating: the
+    sweep, `durability threads delete` and Redis's TTL keep every row the plane lacks until
+    the next connect sends it. This removes the record. Once none is left the store no longer
+    replicates and nothing keeps those rows. Refuses while the project has rows the plane lacks
+    (pending or quarantined), unless --force; the rows themselves stay, and a later connect
+    records the project again and sends whatever is still held.
+    """
+    from durability.replication.outbox import supports_outbox
+
+    with friendly_errors(), open_store(url) as store:
+        if not supports_outbox(store):
+            raise click.ClickException(
+                f"{store!r} keeps no outbox: the {store.provider} store does not replicate"
+            )
+        records = store.connections()
+        record = next((c for c in records if c.project_id == project_id), None)
+        if record is None:
+            recorded = ", ".join(repr(c.project_id) for c in records) or "none"
+            raise click.ClickException(
+                f"no connection of project {project_id!r} is recorded in {store!r} (recorded: "
+                f"{recorded}); nothing to forget"
+            )
+        pending = len(store.outbox(state="pending", project_id=project_id))
+        quarantined = len(store.outbox(state="quarantined", project_id=project_id))
+        if pending + quarantined and not force:
+            raise click.ClickException(
+                f"refusing to forget the connection of project {project_id!r} to {record.target}: "
+                f"the plane does not have {pending + quarantined} of its checkpoints yet ({pending} "
+                f"pending, {quarantined} quarantined); connect it so the drain sends them (see "
+                "`durability outbox status`), or pass --force to give them up"
+            )
+        if record.open:
+            click.echo(
+                f"warning: the record says project {project_id!r} has been connected since "
+                f"{record.connected_at.isoformat()} (a crash leaves it so); a process still "
+                "connected goes on sending, and records it again at its next connect",
+                err=True,
+            )
+        store.forget_connection(project_id)
+        replicates = store.replicates
+    if as_json:
+        print_json(
+            {
+                "project_id": project_id,
+                "target": record.target,
+                "unsent": pending + quarantined,
+                "replicates": replicates,
+            }
+        )
+        return
+    outcome = "the store still replicates other projects"
+    if not replicates:
+        outcome = "the store no longer replicates"
+        if pending + quarantined:
+            outcome += f", so nothing keeps its {pending + quarantined} unsent rows any more"
+    click.echo(f"forgot the connection of project {project_id!r} to {record.target}; {outcome}")
 
 
 @outbox.command("release")

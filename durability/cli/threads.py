@@ -141,19 +141,22 @@ def show_thread(
 def delete_thread(url: str, thread_id: str, force: bool, yes: bool, as_json: bool) -> None:
     """Delete one thread: every checkpoint, pending write, park and ledger record.
 
-    In a store that replicates, refuses while the plane lacks some of the thread's checkpoints
-    (pending or quarantined), unless --force.
+    In a store that replicates (connected at least once, even if disconnected since, and not
+    forgotten with `durability outbox forget`), refuses while the plane lacks some of the
+    thread's checkpoints (pending or quarantined), unless --force.
     """
     with friendly_errors(), open_store(url) as store:
         if store.thread(thread_id) is None:
             raise click.ClickException(f"no thread {thread_id!r} in {store!r}; nothing to delete")
-        if store.capabilities.replicates and store.replicates and not force:
-            missing = [e for e in store.outbox(thread_id=thread_id) if e.state != "synced"]
-            if missing:
+        if store.replicates and not force:
+            states = [e.state for e in store.outbox(thread_id=thread_id)]
+            pending, quarantined = states.count("pending"), states.count("quarantined")
+            if pending + quarantined:
                 raise click.ClickException(
-                    f"refusing to delete thread {thread_id!r}: the plane does not have {len(missing)} of its "
-                    "checkpoints yet (pending or quarantined; see `durability outbox status`); wait for the "
-                    "drain, or pass --force to delete them anyway"
+                    f"refusing to delete thread {thread_id!r}: the plane does not have "
+                    f"{pending + quarantined} of its checkpoints yet ({pending} pending, "
+                    f"{quarantined} quarantined); let a connected drain send them (see `durability "
+                    "outbox status`), or pass --force to delete them anyway"
                 )
         if not yes and not as_json:
             click.confirm(f"Delete thread {thread_id!r} from {store!r}?", abort=True)

@@ -2,7 +2,8 @@
 
 :func:`connect` checks the key with the plane (``GET /public/v1/auth/check``), learns the caps it
 announces, records the connection in the store (so other processes, a CLI sweep say, know the
-store replicates; never the key), and starts draining. Several connections per process are fine,
+store replicates; never the key), and starts draining. A disconnect marks the record closed but
+keeps it: the store still replicates until an operator runs ``durability outbox forget``. Several connections per process are fine,
 one per (store database, project): each drains only its project's rows. Rows of a project nobody
 connected stay buffered, and ``durability outbox status`` shows them as such. Not connected,
 strictly nothing is sent.
@@ -156,7 +157,8 @@ class Connection:
     def close(self, timeout: float = 10.0) -> bool:
         """Drain synchronously (up to ``timeout`` seconds), then disconnect.
 
-        Returns ``True`` when the last pass finished within the timeout. The key is dropped only
+        The store keeps the connection's record, marked closed: it still replicates, and what
+        the plane lacks is sent at the next connect (seed 000). Returns ``True`` when the last pass finished within the timeout. The key is dropped only
         after the drain that uses it has finished (a drain still running at the timeout keeps it
         until it ends, then closes it).
         """
@@ -170,9 +172,11 @@ class Connection:
             return finished
         _registry.detach(self)
         try:
-            self.store.forget_connection(self.project_id)
+            # Closed, not forgotten: the store still replicates, so the rows the plane lacks
+            # wait for the next connect and the sweep and `threads delete` keep them meanwhile.
+            self.store.record_disconnection(self.project_id)
         except Exception:  # the store may be closed already; the record is advisory
-            logger.debug("could not forget the connection record", exc_info=True)
+            logger.debug("could not record the disconnect", exc_info=True)
         if self._in_use.acquire(timeout=max(0.0, timeout) if not finished else 1.0):
             try:
                 self.client.close()

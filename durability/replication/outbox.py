@@ -491,11 +491,21 @@ class ProjectOutbox:
     quarantined: int
     oldest_pending_at: datetime | None
     connected_to: str | None
+    disconnected_at: datetime | None = None
+
+    @property
+    def connection(self) -> str:
+        """``connected``, ``disconnected`` (recorded, closed: its rows wait for the next
+        connect) or ``none`` (never connected, or forgotten)."""
+        if self.connected_to is None:
+            return "none"
+        return "connected" if self.disconnected_at is None else "disconnected"
 
 
 def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbox]:
-    """Per project: pending, synced and quarantined rows, the oldest pending row's time, and the
-    plane it replicates to (``None``: no connection recorded, so its rows stay buffered).
+    """Per project: pending, synced and quarantined rows, the oldest pending row's time, the
+    plane it replicates to (``None``: no connection recorded, so its rows stay buffered) and
+    when its connection closed (``None`` while open).
 
     Raises:
         CapabilityError: The store keeps no outbox.
@@ -512,12 +522,24 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
         if len(page) < page_size:
             break
         after = page[-1].seq
-    targets = {c.project_id: c.target for c in store.connections()}
-    for project in targets:
+    records = {c.project_id: c for c in store.connections()}
+    for project in records:
         counts.setdefault(project, [0, 0, 0, None])
-    return [
-        ProjectOutbox(p, c[0], c[1], c[2], c[3], targets.get(p)) for p, c in sorted(counts.items())
-    ]
+    status = []
+    for project, (pending, synced, quarantined, oldest) in sorted(counts.items()):
+        record = records.get(project)
+        status.append(
+            ProjectOutbox(
+                project,
+                pending,
+                synced,
+                quarantined,
+                oldest,
+                None if record is None else record.target,
+                None if record is None else record.disconnected_at,
+            )
+        )
+    return status
 
 
 def keys_of(entries: Iterable[Any]) -> list[RowKey]:

@@ -19,7 +19,7 @@ import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -309,11 +309,22 @@ CheckpointKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class Connection:
-    """A store's record that it replicates a project to a plane (no secret is kept)."""
+    """A store's record that it replicates a project to a plane (no secret is kept).
+
+    A disconnect keeps the record, with ``disconnected_at`` set: the rows the plane does not
+    have yet still belong to it and are sent at the next connect. Only an operator's
+    ``durability outbox forget`` removes it.
+    """
 
     project_id: str
     target: str
     connected_at: datetime
+    disconnected_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether a process is connected (as far as the record knows: a crash leaves it open)."""
+        return self.disconnected_at is None
 
 
 def check_id(value: object, what: str, *, action: str, allow_empty: bool = False) -> str:
@@ -974,19 +985,39 @@ class Store(ABC):
         self.ready()
         self._record_connection(Connection(project_id, target, self.clock()))
 
+    def record_disconnection(self, project_id: str) -> None:
+        """Mark ``project_id``'s connection closed, keeping the record (a no-op without one).
+
+        The store still replicates: what the plane lacks waits for the next connect, and the
+        sweep and ``durability threads delete`` keep it meanwhile.
+        """
+        self.ready()
+        for record in self._connections():
+            if record.project_id == project_id:
+                self._record_connection(replace(record, disconnected_at=self.clock()))
+
     def forget_connection(self, project_id: str) -> None:
-        """Remove the record of a connection."""
+        """Remove the record of a connection: the operator gives up replicating that project.
+
+        Once no record is left the store no longer replicates, and nothing keeps the rows the
+        plane lacks from the sweep, ``durability threads delete`` or Redis's TTL.
+        """
         self.ready()
         self._forget_connection(project_id)
 
     def connections(self) -> list[Connection]:
-        """The projects this store replicates, as recorded by connected processes."""
+        """The projects this store replicates: every connection recorded, open or closed."""
         self.ready()
         return self._connections()
 
     @property
     def replicates(self) -> bool:
-        """Whether some process recorded a connection for this store."""
+        """Whether the store was ever connected to a plane, and the connection not forgotten since.
+
+        A store never connected does not replicate: nothing keeps its unsent rows from the
+        sweep (a deployment without a plane must be able to sweep), and those still held at a
+        first connect are sent then.
+        """
         return self.capabilities.replicates and bool(self.connections())
 
     # ------------------------------------------------------------------ helpers

@@ -21,9 +21,10 @@ sit in one cluster slot:
 Every write is one Lua script over that slot (:mod:`durability.stores.redis_lua`), and each
 ends by setting the thread's waiting retention (declared in its ledger, else the platform's)
 as the absolute expiry of all of the thread's keys: the thread expires whole, a read never
-extends it. ``od`` and ``os`` are the exception while the store replicates (some process
-recorded a connection): an unreplicated checkpoint keeps its outbox entry, with its whole
-document, until the plane has it, even after the thread's other keys expire.
+extends it. ``od`` and ``os`` are the exception while the store replicates (a connection is
+recorded, open or closed, see :attr:`Store.replicates`): an unreplicated checkpoint keeps its
+outbox entry, with its whole document, until the plane has it, even after the thread's other
+keys expire. A connect and a forget that changes the answer set those keys' expiry anew.
 
 Keys that cannot share the thread's slot live under ``P{g}:`` (one slot): ``threads`` (paging),
 ``finished`` (due time, for the sweep), ``parks`` (deadline), ``outbox`` and ``quarantine``
@@ -1079,28 +1080,74 @@ class RedisStore(Store):
         return result if limit is None else result[:limit]
 
     def _record_connection(self, connection: Connection) -> None:
-        value = orjson.dumps(
-            {"target": connection.target, "at": to_micros(connection.connected_at)}
-        )
+        record: dict[str, Any] = {
+            "target": connection.target,
+            "at": to_micros(connection.connected_at),
+        }
+        if connection.disconnected_at is not None:
+            record["off"] = to_micros(connection.disconnected_at)
+        value = orjson.dumps(record)
         self._run(
             "record a connection",
             lambda _r: self._client.hset(self._k_connections, connection.project_id, value),
         )
         self._refresh_replicating()
+        if connection.open:
+            # Rows written before the first connect carry their thread's expiry: from now on
+            # they wait for the plane (and a writer still on the cached answer is corrected).
+            self._apply_outbox_expiry()
 
     def _forget_connection(self, project_id: str) -> None:
         self._run(
             "forget a connection", lambda _r: self._client.hdel(self._k_connections, project_id)
         )
         self._refresh_replicating()
+        if not self._replicating:
+            self._apply_outbox_expiry()
 
     def _connections(self) -> list[Connection]:
         raw = self._run("read connections", lambda _r: self._client.hgetall(self._k_connections))
         found = []
         for project, value in sorted(raw.items()):
             data = orjson.loads(value)
-            found.append(Connection(project.decode(), data["target"], from_micros(data["at"])))
+            found.append(
+                Connection(
+                    project.decode(),
+                    data["target"],
+                    from_micros(data["at"]),
+                    from_micros(data["off"]) if "off" in data else None,
+                )
+            )
         return found
+
+    def _apply_outbox_expiry(self) -> None:
+        """Give every unsent row's outbox keys the expiry replication calls for (OUTBOX_EXPIRY).
+
+        Replicating: none, so a row outlives its thread until the plane has it. Not: its
+        thread's, and the rows of a thread that already expired (kept only for the plane)
+        are dropped with their index entries.
+        """
+        members: dict[str, list[str]] = {}
+
+        def scan(_retry: bool) -> None:
+            for key in (self._k_outbox, self._k_quarantine):
+                for member, _score in self._client.zscan_iter(key, count=1000):
+                    name = member.decode()
+                    members.setdefault(_member_tag(member), []).append(name)
+
+        self._run("read the outbox", scan)
+        tags = sorted(members)
+        for start in range(0, len(tags), 500):
+            chunk = tags[start : start + 500]
+            dropped = self._eval_many(
+                "set the outbox's expiry", "OUTBOX_EXPIRY", [(t, []) for t in chunk]
+            )
+            gone = [m for tag, d in zip(chunk, dropped, strict=True) if d for m in members[tag]]
+            if gone:
+                self._forget(
+                    _IndexOps(outbox=dict.fromkeys(gone, 0.0), quarantine=dict.fromkeys(gone, 0.0)),
+                    {_member_tag(m.encode()) for m in gone},
+                )
 
     # ---- analysis reads
 

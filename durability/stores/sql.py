@@ -211,6 +211,7 @@ connections = sa.Table(
     sa.Column("project_id", sa.String(512), primary_key=True),
     sa.Column("target", sa.Text, nullable=False),
     sa.Column("connected_at", sa.BigInteger, nullable=False),
+    sa.Column("disconnected_at", sa.BigInteger),
 )
 
 _not_synced = sa.not_(checkpoints.c.synced)
@@ -355,6 +356,22 @@ def _migration_by_id_index(conn: SAConnection) -> None:
         conn.execute(sa.schema.CreateIndex(_BY_ID_INDEX, if_not_exists=True))
 
 
+def _migration_connection_closed(conn: SAConnection) -> None:
+    """Version 6: a connection record outlives its disconnect, marked by ``disconnected_at``.
+
+    A store that was connected keeps replicating after a clean disconnect, so the sweep and
+    ``durability threads delete`` keep the rows the plane lacks until the next connect (seed
+    000: an un-acked checkpoint is never dropped for being old).
+    """
+    existing = (
+        set()
+        if conn.dialect.name == "postgresql"
+        else {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(durability_connections)")}
+    )
+    if "disconnected_at" not in existing:
+        _add_column(conn, connections, "disconnected_at", "BIGINT")
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
@@ -362,6 +379,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("one outbox index", _migration_one_outbox_index),
     ("thread totals index", _migration_sweep_index),
     ("checkpoints by id index", _migration_by_id_index),
+    ("connection records kept at disconnect", _migration_connection_closed),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -1390,7 +1408,11 @@ class SQLStore(Store):
 
     @_reconnecting
     def _record_connection(self, connection: Connection) -> None:
-        values = {"target": connection.target, "connected_at": to_micros(connection.connected_at)}
+        values = {
+            "target": connection.target,
+            "connected_at": to_micros(connection.connected_at),
+            "disconnected_at": _micros(connection.disconnected_at),
+        }
         with self._one("record a connection") as conn:
             conn.execute(
                 self._insert_stmt(connections)
@@ -1407,7 +1429,9 @@ class SQLStore(Store):
     def _connections(self) -> list[Connection]:
         with self._one("read connections") as conn:
             return [
-                Connection(r.project_id, r.target, from_micros(r.connected_at))
+                Connection(
+                    r.project_id, r.target, from_micros(r.connected_at), _time(r.disconnected_at)
+                )
                 for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
             ]
 
