@@ -34,6 +34,7 @@ from durability.replication import (
     outbox_status,
     was_stripped,
 )
+from durability.runs import AgentNode, Flow, Runner
 from durability.stores.base import Store
 from durability.stores.memory import MemoryStore
 from durability.testing import HOSTILE_IDS, StoreTarget
@@ -334,6 +335,39 @@ def test_agent_id_is_resolved_when_the_batch_is_mapped(store: Store, plane: Plan
     assert page is not None
     assert {i["agent_id"] for i in page.items} == {agent_id}
     assert {i["metadata"]["chain_name"] for i in page.items} == {"helper"}
+
+
+def test_runner_rows_replicate_as_their_resource_under_the_runs_project(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """A runner's rows reach the plane as resource_type ``agent`` with its registered plane id, a
+    flow's as ``chain`` under its name (seed 000: read from the root of ``agent_path``); a flow's
+    agent node writes under the flow's project, so the project's connection sends it all."""
+    conn = link(store, plane, background=False, project_id="shop")
+    helper = Runner("helper", [("answer", lambda s, c: {**s, "answer": 42})])
+    support = Flow("support", [AgentNode("ask", helper, "{flow_run_id}-ask")])
+    agent_id = conn.register_agent("helper")
+    assert agent_id is not None
+    solo = helper.start(store, {"q": "solo"}, project_id="shop")
+    flow = support.start(store, {"q": "flow"}, project_id="shop")
+    assert drain_once(conn).buffered == 0
+    assert states(store) == ["synced"] * len(states(store))
+    with PlaneClient(plane.url, plane.key) as client:
+        seen = {
+            thread: client.history(thread)
+            for thread in (solo.thread_id, flow.thread_id, f"{flow.run_id}-ask")
+        }
+    identity = {
+        thread: {(i["resource_type"], i["agent_id"], i["chain_id"]) for i in page.items}
+        for thread, page in seen.items()
+        if page is not None
+    }
+    assert identity == {
+        solo.thread_id: {("agent", agent_id, None)},
+        flow.thread_id: {("chain", None, "support")},
+        f"{flow.run_id}-ask": {("agent", agent_id, None)},
+    }
+    assert {i["metadata"]["agent_path"] for i in seen[flow.thread_id].items} == {"flow:support"}
 
 
 def test_history_support_is_detected_by_a_404(plane: PlaneHandle) -> None:
