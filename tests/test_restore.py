@@ -824,6 +824,37 @@ def test_cli_resume_warns_when_the_run_is_not_on_the_plane_at_exit(
     assert f"durability outbox status {url}" in done.stderr
 
 
+def test_cli_restore_dry_run_exits_1_when_the_restore_would_be_refused(
+    machine_a: Store, plane: PlaneHandle, tmp_path: Path
+) -> None:
+    """`durability restore --dry-run` exits 1 with the refusal when applying would be refused (a
+    park the store cannot hold; a thread the store already holds, without --overwrite), and 0
+    when it would not; it never writes."""
+    with on_plane(machine_a, plane):
+        parked = runner_defs.approval.start(machine_a, {"topic": "dry-refused"})
+    url = f"sqlite:///{tmp_path / 'dry.db'}"
+    env = {"DURABILITY_PLANE_API_KEY": plane.key}
+    args = ["restore", url, parked.thread_id, "--plane", plane.url]
+    runner = CliRunner()
+    no_park = runner.invoke(cli, [*args, "--dry-run"], env=env)
+    assert no_park.exit_code == 1, no_park.output
+    assert "dry run: would not restore: " in no_park.stderr
+    assert "single_worker=True" in no_park.stderr
+    as_json = runner.invoke(cli, [*args, "--dry-run", "--json"], env=env)
+    assert as_json.exit_code == 1
+    assert "single_worker=True" in json.loads(as_json.stdout)["error"]
+    with durability.open(url, settings=Settings()) as store:
+        assert not store.has_thread(parked.thread_id)
+    parks = [*args, "--single-worker"]
+    assert runner.invoke(cli, [*parks, "--dry-run"], env=env).exit_code == 0
+    assert runner.invoke(cli, parks, env=env).exit_code == 0
+    held = runner.invoke(cli, [*parks, "--dry-run"], env=env)
+    assert held.exit_code == 1
+    assert "already holds thread" in held.stderr
+    assert "--overwrite" in held.stderr
+    assert runner.invoke(cli, [*parks, "--dry-run", "--overwrite"], env=env).exit_code == 0
+
+
 def test_resume_and_fork_keep_the_runs_project_else_take_the_connections(
     machine_a: Store, plane: PlaneHandle
 ) -> None:
