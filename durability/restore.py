@@ -60,7 +60,7 @@ from durability.model import (
 )
 from durability.runs import PARK_DEADLINE, RUN_METADATA
 from durability.settings import format_duration, waiting_horizon
-from durability.stores.base import Store, check_id, redact_url
+from durability.stores.base import Store, check_id, lease_held_message, redact_url
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -219,6 +219,22 @@ class RestorePlan:
     def latest(self) -> Checkpoint | None:
         """The checkpoint a resume would continue from (the last one written)."""
         return self.checkpoints[-1] if self.checkpoints else None
+
+    def refusal_with(self, *, overwrite: bool = False) -> str | None:
+        """Why :func:`apply_restore` with ``overwrite`` would refuse the plan, as the store stood
+        when it was planned, or ``None`` (what a dry run reports; applying checks again)."""
+        if self.refusal is not None:
+            return self.refusal
+        local = self.local
+        if local is not None and local.lease is not None:
+            return lease_held_message(self.thread_id, local.lease)
+        if local is not None and not overwrite:
+            return (
+                f"the store already holds thread {self.thread_id[:80]!r} ({local.describe()}), "
+                "and the local copy is the source of truth on its own machine; pass "
+                "overwrite=True (CLI: --overwrite) to replace it with the plane's copy"
+            )
+        return None
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per checkpoint, in write order, with :data:`FRAME_COLUMNS` as keys."""

@@ -27,6 +27,10 @@ failed with a reason (``error``, ``cancelled``, ``aborted``, ``timeout``) and th
 Every row carries the run's ownership facts in ``metadata["run"]``, so a run resumed on
 another machine knows whether it owns its thread; a ``hitl_pause`` row also carries its park's
 deadline there (``park_deadline``), so a restore re-creates the park with the declared deadline.
+Every row also carries the run's ``project_id`` (the connection of that project replicates it)
+and ``agent_path`` ``agent:<name>`` (``flow:<name>`` for a :class:`Flow`), from whose root the
+plane reads the run's resource type: ``agent`` (its ``agent_id`` the registered plane id, else
+the name), ``chain`` for a flow (seed 000).
 
 The rules (DESIGN §9, seed 004 "Who marks a thread finished"):
 
@@ -180,6 +184,12 @@ class Runner:
     #: ``agent`` for a plain run; a :class:`Flow` is ``flow``.
     kind = "agent"
 
+    @property
+    def agent_path(self) -> str:
+        """The ``agent_path`` of the runner's rows, ``<kind>:<name>``: the plane reads the run's
+        resource type from it (``agent``; ``chain`` for a flow)."""
+        return f"{self.kind}:{self.name}"
+
     def __init__(
         self,
         name: str,
@@ -237,6 +247,7 @@ class Runner:
         owner: str | None = None,
         control: RunControl | None = None,
         deployment_store: Store | None = None,
+        project_id: str = "",
     ) -> RunResult:
         """Run the steps from the first, on a new run of ``thread_id`` (minted when ``None``).
 
@@ -244,6 +255,7 @@ class Runner:
         A caller-supplied one is the caller's: taken out of the finished set now, never marked.
         Refused before anything is written when the declared retention exceeds the store's
         platform values, or when the thread holds a parked run (resume or stop that first).
+        ``project_id`` stamps the run's rows: the connection of that project replicates them.
 
         Returns the run's :class:`RunResult`: completed, failed (a step's exception is recorded
         in the run end, not raised) or parked. Raises :class:`~durability.errors.LeaseHeld` when
@@ -256,6 +268,7 @@ class Runner:
         check_id(thread, "thread_id", action=action)
         if owner is not None:
             check_id(owner, "owner", action=action)
+        check_id(project_id, "project_id", action=action, allow_empty=True)
         codec.dumps(state, path="state")  # refused here, before the thread is touched
         run = _Run(
             runner=self,
@@ -266,6 +279,7 @@ class Runner:
             minted=minted,
             owner=owner or self._default_owner(minted),
             retention=self._declared(store),
+            project_id=project_id,
         )
         first = run.row(START_NODE, -1, STEP_RUN_START, state)
         with self._holding(run, control) as held:
@@ -289,6 +303,7 @@ class Runner:
         control: RunControl | None = None,
         deployment_store: Store | None = None,
         connection: Connection | None = None,
+        project_id: str | None = None,
     ) -> RunResult:
         """Continue the thread's latest run: after its last completed step, or with ``value``.
 
@@ -302,9 +317,12 @@ class Runner:
         A ``value`` for a run that is not waiting on an ask is refused, and so is a parked run
         resumed without one. A thread the store has no checkpoint of is first restored from the
         plane when connected (``connection``, else the store's active connection) and
-        ``DURABILITY_RESTORE_FROM_PLANE`` allows it (:func:`locate_thread`).
+        ``DURABILITY_RESTORE_FROM_PLANE`` allows it (:func:`locate_thread`). The rows it writes
+        belong to ``project_id``; by default the run's own project, else ``connection``'s.
         """
         action = f"resume thread {thread_id!r}"
+        if project_id is not None:
+            check_id(project_id, "project_id", action=action, allow_empty=True)
         if value is not NO_VALUE:
             codec.dumps(value, path="value")  # refused here, before the park is claimed
         try:
@@ -315,7 +333,7 @@ class Runner:
                 _Run.peek(self, store, deployment_store, thread_id, run_id), control
             ) as held:
                 source = self._resume_source(store, thread_id, action=action)
-                held.adopt(source)
+                held.adopt(source, _project_of(source, project_id, connection))
                 parked = source.status == INTERRUPTED
                 if parked and value is NO_VALUE:
                     raise RunNotResumable(
@@ -357,6 +375,7 @@ class Runner:
         control: RunControl | None = None,
         deployment_store: Store | None = None,
         connection: Connection | None = None,
+        project_id: str | None = None,
     ) -> RunResult:
         """Branch a new thread from one of ``thread_id``'s checkpoints and run it on from there.
 
@@ -365,9 +384,13 @@ class Runner:
         the step after the source (the parked step again, for a ``hitl_pause`` source). Without
         ``checkpoint_id`` the source is the thread's last step that is not a run end, even of a
         completed run. A run end is not a step and cannot be forked from. A source thread the
-        store has no checkpoint of is restored from the plane first, as for :meth:`resume`.
+        store has no checkpoint of is restored from the plane first, as for :meth:`resume`. The
+        new thread's rows belong to ``project_id``; by default the source run's project, else
+        ``connection``'s.
         """
         action = f"fork thread {thread_id!r}"
+        if project_id is not None:
+            check_id(project_id, "project_id", action=action, allow_empty=True)
         locate_thread(store, thread_id, action=action, connection=connection)
         if checkpoint_id is not None:
             source = store.get(thread_id, checkpoint_id)
@@ -399,6 +422,7 @@ class Runner:
             minted=minted,
             owner=self._default_owner(minted),
             retention=self._declared(store),
+            project_id=_project_of(source, project_id, connection),
         )
         origin = run.row(
             START_NODE if position < 0 else self.steps[position].name,
@@ -437,7 +461,7 @@ class Runner:
         peek = _Run.peek(self, store, deployment_store, thread_id, run_id)
         with self._holding(peek, None) as held:
             source = self._resume_source(store, thread_id, action=action, failed_ok=False)
-            held.adopt(source)
+            held.adopt(source, _project_of(source, None, connection))
             if source.status == INTERRUPTED:
                 store.claim_park(thread_id)
             reason = REASON_ABORTED if abort else REASON_CANCELLED
@@ -609,18 +633,21 @@ class AgentNode:
         store = self.store or ctx.store
         thread = self.thread_for(flow_run_id=ctx.run_id, thread_id=ctx.thread_id)
         control = ctx._signals.control
+        project = ctx.project_id  # the agent's rows replicate with the flow's
         pending = store.get_park(thread)
         if pending is not None:  # the agent waits on an ask: answer it, or park the flow on it
             answer = ctx.interrupt(pending.reason, pending.context, deadline=pending.deadline)
-            result = self.agent.resume(store, thread, answer, control=control)
+            result = self.agent.resume(store, thread, answer, control=control, project_id=project)
         else:
             owner = f"flow:{ctx.runner}" if self.owned else None
-            result = self.agent.start(store, state, thread_id=thread, owner=owner, control=control)
+            result = self.agent.start(
+                store, state, thread_id=thread, owner=owner, control=control, project_id=project
+            )
         while result.park is not None:
             answer = ctx.interrupt(
                 result.park.reason, result.park.context, deadline=result.park.deadline
             )
-            result = self.agent.resume(store, thread, answer, control=control)
+            result = self.agent.resume(store, thread, answer, control=control, project_id=project)
         if result.status == FAILED:
             ctx.check()  # the flow's own stop, abort or timeout reached the agent: end the same way
             raise RunError(
@@ -713,6 +740,7 @@ class RunContext:
     Attributes:
         store: the store the run lives in.
         thread_id, run_id: the run's thread and run.
+        project_id: the project the run's rows belong to.
         runner: the runner's name.
         step, index: the step's name and position.
         resume_value: the answer this execution of the step was resumed with, else ``NO_VALUE``.
@@ -723,6 +751,7 @@ class RunContext:
         self.store = run.store
         self.thread_id = run.thread_id
         self.run_id = run.run_id
+        self.project_id = run.project_id
         self.runner = run.runner.name
         self.step = step.name
         self.index = index
@@ -810,6 +839,7 @@ class _Run:
     minted: bool
     owner: str
     retention: Retention | None
+    project_id: str = ""
 
     @classmethod
     def peek(
@@ -847,7 +877,9 @@ class _Run:
             step_type=step_type,
             state=state,
             parent_checkpoint_id=parent_checkpoint_id,
+            agent_path=self.runner.agent_path,
             metadata=metadata,
+            project_id=self.project_id,
             **fields,
         )
 
@@ -861,7 +893,7 @@ class _Execution:
         self.holder = holder
         self.beat: Heartbeat | None = None
 
-    def adopt(self, source: Checkpoint) -> _Run:
+    def adopt(self, source: Checkpoint, project_id: str) -> _Run:
         """Take the run's identity and ownership from a checkpoint read under the lease."""
         runner = self.run.runner
         facts = source.metadata.get(RUN_METADATA, {}) if isinstance(source.metadata, dict) else {}
@@ -870,6 +902,7 @@ class _Execution:
         self.run.minted = minted
         self.run.owner = str(facts.get("owner") or runner._default_owner(minted))
         self.run.retention = runner._declared(self.run.store)
+        self.run.project_id = project_id
         return self.run
 
     def begin(self) -> None:
@@ -1042,6 +1075,15 @@ class _Execution:
 
     def _step_name(self, position: int) -> str | None:
         return None if position < 0 else self.run.runner.steps[position].name
+
+
+def _project_of(source: Checkpoint, project_id: str | None, connection: Connection | None) -> str:
+    """The project of a run continued from ``source``: the one given, else the source run's, else
+    the connection's (a run started without a project then replicates through the connection
+    that resumes it, instead of staying buffered with no connection to drain it)."""
+    if project_id is not None:
+        return project_id
+    return source.project_id or (connection.project_id if connection is not None else "")
 
 
 def _changes(before: Any, after: Any) -> Any:

@@ -6,12 +6,15 @@ it, so tests never see each other's checkpoints. :class:`FaultLayer` is ASGI mid
 ingest request takes the next fault from its queue (none: the plane answers), so a test scripts
 5xx bursts, 429s, redirects, dropped connections (the server closes the socket mid-answer, so the
 client sees a real protocol error), slow answers past the client's timeout, or a request held on
-an event while the test writes.
+an event while the test writes. It also screens batches: a batch carrying a row named in
+``refuse_carrying`` is refused with that row's status (naming nothing, so only bisection finds
+it), and ``misaddressed`` rejections are added to the plane's 201 for ids the batch does not carry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from collections import deque
@@ -43,6 +46,11 @@ class FaultLayer:
     (answers after ``slow_seconds``, past the client's timeout; the plane still ingests);
     ``"hold"`` (waits until ``release`` is set; ``held`` is set while it waits). ``paths`` records
     the path of every HTTP request, so a test can assert that nothing reached the plane.
+
+    Screens, applied to requests with no queued fault: ``refuse_carrying`` maps a checkpoint id
+    to a status that refuses any batch carrying it (the plane never sees that batch), and
+    ``misaddressed`` maps checkpoint ids to reasons the plane's 201 also "rejects" whenever the
+    batch does not carry them (a plane answering about rows it was not sent, reference §6.20).
     """
 
     def __init__(self, app: Any) -> None:
@@ -54,12 +62,16 @@ class FaultLayer:
         self.held = threading.Event()
         self.release = threading.Event()
         self.lock = threading.Lock()
+        self.refuse_carrying: dict[str, int] = {}
+        self.misaddressed: dict[str, str] = {}
 
     def reset(self) -> None:
         with self.lock:
             self.faults.clear()
             self.seen.clear()
             self.paths.clear()
+            self.refuse_carrying.clear()
+            self.misaddressed.clear()
         self.held.clear()
         self.release.clear()
 
@@ -84,19 +96,20 @@ class FaultLayer:
         with self.lock:
             fault = self.faults.popleft() if self.faults else None
             self.seen.append(fault)
-        if fault is None:
+        if fault is None and (self.refuse_carrying or self.misaddressed):
+            await self._screen(scope, receive, send)
+        elif fault is None:
             await self.app(scope, receive, send)
         elif isinstance(fault, int):
-            await _drain(receive)
-            headers = [(b"content-type", b"application/json")]
+            await _read_body(receive)
+            headers = []
             if fault == 429:
                 headers.append((b"retry-after", b"0"))
             if 300 <= fault < 400:
                 headers.append((b"location", b"/elsewhere"))
-            await send({"type": "http.response.start", "status": fault, "headers": headers})
-            await send({"type": "http.response.body", "body": b'{"detail": "injected fault"}'})
+            await _answer(send, fault, b'{"detail": "injected fault"}', headers)
         elif fault == "drop":
-            await _drain(receive)
+            await _read_body(receive)
             await _cut(send)
         elif fault == "drop-after":
             await self.app(scope, receive, _swallow)
@@ -111,12 +124,66 @@ class FaultLayer:
         else:  # pragma: no cover - a typo in a test
             raise ValueError(fault)
 
+    async def _screen(self, scope: Any, receive: Any, send: Any) -> None:
+        body = await _read_body(receive)
+        carried = {item.get("checkpoint_id") for item in json.loads(body)["checkpoints"]}
+        refusal = next((s for cid, s in self.refuse_carrying.items() if cid in carried), None)
+        if refusal is not None:
+            await _answer(send, refusal, b'{"detail": "injected refusal"}')
+            return
+        sent = False
 
-async def _drain(receive: Any) -> None:
+        async def replay() -> Any:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            else:
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, replay, capture)
+        answer = b"".join(chunks)
+        if start["status"] == 201:
+            data = json.loads(answer)
+            data["rejections"] += [
+                {"checkpoint_id": cid, "reason": why}
+                for cid, why in self.misaddressed.items()
+                if cid not in carried
+            ]
+            answer = json.dumps(data).encode()
+        await _answer(send, start["status"], answer)
+
+
+async def _read_body(receive: Any) -> bytes:
+    """Read the whole request body."""
+    body = b""
     while True:
         message = await receive()
+        body += message.get("body", b"")
         if not message.get("more_body"):
-            return
+            return body
+
+
+async def _answer(
+    send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """Send a whole JSON answer."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *(headers or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _swallow(message: Any) -> None:

@@ -3,7 +3,8 @@
 The SDK runs in a subprocess (its connection, registries and drain threads are process-global):
 it connects to this project's plane with ``fastaiagent.connect``, writes through its own
 ``SQLiteCheckpointer`` (whose writes kick its own drain), and restores with its own
-``restore_from_plane``. Nothing of the SDK is patched.
+``restore_from_plane``. Nothing of the SDK is patched. What the SDK sent is restored through
+this project's public ``restore_from_plane`` and ``durability restore``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import fastaiagent  # noqa: F401 - the dev extra installs fastaiagent==1.94.0; a missing SDK fails here
+from click.testing import CliRunner
 from plane_support import PlaneHandle
 
 import durability
 from durability import Checkpoint
+from durability.cli import cli
 from durability.replication import (
     PlaneClient,
     checkpoint_from_wire,
@@ -29,6 +32,8 @@ from durability.replication import (
     disconnect,
     is_durability_item,
 )
+from durability.restore import restore_from_plane
+from durability.runs import read_thread
 from durability.settings import Settings
 
 SDK_WRITES = textwrap.dedent(
@@ -52,6 +57,11 @@ SDK_WRITES = textwrap.dedent(
     store.put(Checkpoint(
         chain_name="helper", execution_id=eid, node_id="run_end", node_index=3, step_type="run_end",
         agent_path="agent:helper", state_snapshot={"turn": 3, "run_status": "completed"},
+    ))
+    store.put(Checkpoint(
+        chain_name="approvals", execution_id=eid + "-paused", node_id="approve", node_index=1,
+        step_type="hitl_pause", status="interrupted", state_snapshot={"order": "A-1"},
+        interrupt_reason="needs approval", interrupt_context={"order": "A-1"},
     ))
 
     def unsynced():
@@ -109,10 +119,12 @@ def run_sdk(script: str, args: list[str], cwd: Path) -> Any:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_sdk_drains_into_our_plane_and_we_read_what_it_sent(
+def test_sdk_drains_into_our_plane_and_we_restore_what_it_sent(
     plane: PlaneHandle, tmp_path: Path
 ) -> None:
-    """The SDK connects, replicates through its own drain, and our client maps its rows back exactly."""
+    """The SDK connects and replicates through its own drain; our client maps its rows back
+    exactly, and our restore (``restore_from_plane``, ``durability restore``) writes them into our
+    stores as already-synced rows of the restoring project, re-parking its paused run."""
     sent = run_sdk(
         SDK_WRITES, [plane.url, plane.key, str(tmp_path / "sdk.db"), "sdk-exec"], tmp_path
     )
@@ -143,13 +155,44 @@ def test_sdk_drains_into_our_plane_and_we_read_what_it_sent(
         assert mine.iteration_counters == theirs["iteration_counters"]
         assert mine.created_at == datetime.fromisoformat(theirs["created_at"])
     assert [r["health"] for r in runs["items"] if r["execution_id"] == "sdk-exec"] == ["completed"]
-    # What the SDK sent can be kept in one of our stores, as a restore would (already synced).
     with durability.open(f"sqlite:///{tmp_path / 'ours.db'}", settings=Settings()) as ours:
-        ours.put_many([checkpoint_from_wire(i) for i in items], synced=True)
-        latest = ours.latest("sdk-exec")
+        with connect(ours, plane.url, plane.key, project_id="shop", background=False) as conn:
+            latest = restore_from_plane(ours, "sdk-exec", conn)
         assert latest is not None
         assert latest.is_run_end
-        assert ours.outbox(state="pending") == []
+        restored = read_thread(ours, "sdk-exec")
+        assert [c.checkpoint_id for c in restored] == [i["checkpoint_id"] for i in items]
+        for mine in restored:
+            theirs = by_id[mine.checkpoint_id]
+            assert (mine.runner, mine.node_id, mine.step, mine.step_type, mine.agent_path) == (
+                theirs["chain_name"],
+                theirs["node_id"],
+                theirs["node_index"],
+                theirs["step_type"],
+                theirs["agent_path"],
+            )
+            assert mine.state == theirs["state_snapshot"]
+            assert mine.created_at == datetime.fromisoformat(theirs["created_at"])
+            assert mine.project_id == "shop"
+        assert {e.state for e in ours.outbox()} == {"synced"}
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    done = CliRunner().invoke(
+        cli,
+        ["restore", url, "sdk-exec-paused", "--plane", plane.url, "--single-worker", "--json"],
+        env={"DURABILITY_PLANE_API_KEY": plane.key},
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["restored"]["park"]["deadline_source"] == "horizon"
+    with durability.open(url, settings=Settings(), single_worker=True) as ours:
+        park = ours.get_park("sdk-exec-paused")
+        assert park is not None
+        assert (park.runner, park.node_id, park.reason, park.context) == (
+            "approvals",
+            "approve",
+            "needs approval",
+            {"order": "A-1"},
+        )
+        assert {e.state for e in ours.outbox()} == {"synced"}
 
 
 def test_sdk_restores_what_we_sent(plane: PlaneHandle, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from durability.replication import (
     outbox_status,
     was_stripped,
 )
+from durability.runs import AgentNode, Flow, Runner
 from durability.stores.base import Store
 from durability.stores.memory import MemoryStore
 from durability.testing import HOSTILE_IDS, StoreTarget
@@ -336,6 +337,39 @@ def test_agent_id_is_resolved_when_the_batch_is_mapped(store: Store, plane: Plan
     assert {i["metadata"]["chain_name"] for i in page.items} == {"helper"}
 
 
+def test_runner_rows_replicate_as_their_resource_under_the_runs_project(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """A runner's rows reach the plane as resource_type ``agent`` with its registered plane id, a
+    flow's as ``chain`` under its name (seed 000: read from the root of ``agent_path``); a flow's
+    agent node writes under the flow's project, so the project's connection sends it all."""
+    conn = link(store, plane, background=False, project_id="shop")
+    helper = Runner("helper", [("answer", lambda s, c: {**s, "answer": 42})])
+    support = Flow("support", [AgentNode("ask", helper, "{flow_run_id}-ask")])
+    agent_id = conn.register_agent("helper")
+    assert agent_id is not None
+    solo = helper.start(store, {"q": "solo"}, project_id="shop")
+    flow = support.start(store, {"q": "flow"}, project_id="shop")
+    assert drain_once(conn).buffered == 0
+    assert states(store) == ["synced"] * len(states(store))
+    with PlaneClient(plane.url, plane.key) as client:
+        seen = {
+            thread: client.history(thread)
+            for thread in (solo.thread_id, flow.thread_id, f"{flow.run_id}-ask")
+        }
+    identity = {
+        thread: {(i["resource_type"], i["agent_id"], i["chain_id"]) for i in page.items}
+        for thread, page in seen.items()
+        if page is not None
+    }
+    assert identity == {
+        solo.thread_id: {("agent", agent_id, None)},
+        flow.thread_id: {("chain", None, "support")},
+        f"{flow.run_id}-ask": {("agent", agent_id, None)},
+    }
+    assert {i["metadata"]["agent_path"] for i in seen[flow.thread_id].items} == {"flow:support"}
+
+
 def test_history_support_is_detected_by_a_404(plane: PlaneHandle) -> None:
     """A plane without the history path answers 404 there: the client reports it and falls back to latest."""
 
@@ -443,6 +477,111 @@ def test_compat_mode_is_bisected_until_each_offender_stands_alone(
         assert "step_type is 50 characters" in entry.sync_error
         assert len(entry.sync_error) <= 300
     assert len(plane.ids_on_plane("t-compat")) == n - k
+
+
+@pytest.mark.parametrize("status", [400, 409])
+def test_400_and_409_refusals_are_bisected_until_each_offender_stands_alone(
+    store: Store, plane: PlaneHandle, status: int
+) -> None:
+    """A batch refused with 400 or 409 naming no row is bisected: each offender is quarantined with
+    the plane's answer to it alone and every other row lands, within 2·k·⌈log2 n⌉ + 1 requests
+    (both halves are posted at each level, since nothing names the offender)."""
+    conn = link(store, plane, background=False)
+    n, poison = 32, {5, 6, 20}
+    for i in range(n):
+        store.put(cp("t-refused", i))
+    plane.faults.refuse_carrying = {f"t-refused-{i}": status for i in poison}
+    report = drain_once(conn)
+    assert (report.synced, report.quarantined, report.buffered) == (n - 3, 3, 0)
+    assert report.requests <= 2 * 3 * math.ceil(math.log2(n)) + 1
+    quarantined = store.outbox(state="quarantined")
+    assert [e.checkpoint_id for e in quarantined] == [f"t-refused-{i}" for i in sorted(poison)]
+    assert {e.sync_error for e in quarantined} == {
+        f'HTTP {status} from /checkpoints/ingest: {{"detail": "injected refusal"}}'
+    }
+    assert plane.ids_on_plane("t-refused") == [
+        f"t-refused-{i}" for i in range(n) if i not in poison
+    ]
+
+
+def test_a_409_for_an_id_stored_for_another_execution_quarantines_that_row(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """The plane (compat mode) answers 409 to a checkpoint id it holds for another execution; that
+    row alone is quarantined with the plane's reason, and its batch-mates land."""
+    plane.plane.compat = True
+    conn = link(store, plane, background=False)
+    store.put(Checkpoint(thread_id="t-first", checkpoint_id="shared-id", node_id="a"))
+    assert drain_once(conn).synced == 1
+    for n in range(6):
+        store.put(cp("t-second", n))
+    store.put(Checkpoint(thread_id="t-second", checkpoint_id="shared-id", node_id="b"))
+    store.put(cp("t-second", 6))
+    report = drain_once(conn)
+    assert (report.synced, report.quarantined) == (7, 1)
+    [entry] = store.outbox(state="quarantined")
+    assert (entry.thread_id, entry.checkpoint_id) == ("t-second", "shared-id")
+    assert (entry.sync_error or "").startswith("HTTP 409 from /checkpoints/ingest: ")
+    assert "already stored for another execution" in (entry.sync_error or "")
+    assert plane.ids_on_plane("t-second") == [f"t-second-{n}" for n in range(7)]
+    assert plane.ids_on_plane("t-first") == ["shared-id"]
+
+
+def test_rejections_naming_ids_outside_the_batch_are_ignored(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """A 201 whose rejections name rows the batch did not carry (one still pending, one unknown)
+    quarantines nothing: those rows are sent and synced as usual (reference §6.20)."""
+    conn = link(store, plane, background=False, batch_rows=4)
+    for n in range(8):
+        store.put(cp("t-misaddressed", n))
+    plane.faults.misaddressed = {
+        "t-misaddressed-6": "refused before it was sent",
+        "never-written": "no such row",
+    }
+    with PlaneClient(plane.url, plane.key) as client:
+        answer = client.ingest(b'{"checkpoints": []}', set())
+    assert answer.outcome == "ok"
+    assert answer.rejections == {}, "the client keeps only rejections of the batch it sent"
+    report = drain_once(conn)
+    assert (report.requests, report.synced, report.quarantined) == (2, 8, 0)
+    assert states(store) == ["synced"] * 8
+    assert plane.ids_on_plane("t-misaddressed") == [f"t-misaddressed-{n}" for n in range(8)]
+
+
+class SealingEncoder:
+    """A customer-held-key encoder (the BYOK seam) that has no key for one tenant's rows."""
+
+    name = "sealed"
+
+    def encode(self, state: dict[str, Any]) -> dict[str, Any]:
+        if state.get("tenant") == "acme":
+            raise ValueError("no key for tenant 'acme'")
+        return {"sealed": state}
+
+    def decode(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return dict(payload["sealed"])
+
+
+def test_a_row_that_cannot_be_mapped_is_quarantined_without_stalling_the_rest(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """A row the drain cannot turn into a wire item is quarantined locally, never sent, and the
+    rows before and after it (written later too) replicate."""
+    conn = link(store, plane, background=False, encoder=SealingEncoder())
+    for n in range(5):
+        store.put(cp("t-unmappable", n, state={"n": n, "tenant": "acme" if n == 2 else "other"}))
+    report = drain_once(conn)
+    assert (report.requests, report.synced, report.quarantined) == (1, 4, 1)
+    [entry] = store.outbox(state="quarantined")
+    assert entry.checkpoint_id == "t-unmappable-2"
+    assert entry.sync_error == (
+        "not sent: the stored row cannot be mapped to the wire "
+        "(ValueError: no key for tenant 'acme')"
+    )
+    store.put(cp("t-unmappable", 5, state={"n": 5, "tenant": "other"}))
+    assert drain_once(conn).synced == 1
+    assert plane.ids_on_plane("t-unmappable") == [f"t-unmappable-{n}" for n in (0, 1, 3, 4, 5)]
 
 
 def test_a_batch_refused_for_its_total_size_quarantines_nothing(

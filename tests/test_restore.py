@@ -765,3 +765,117 @@ def test_cli_resume_restores_from_the_configured_plane(
     assert json.loads(done.output)["status"] == "completed"
     assert plane.key not in done.output
     assert len(plane.ids_on_plane(parked.thread_id)) == 6, "the continuation replicated"
+
+
+def test_cli_resume_with_a_project_replicates_the_resumed_run(
+    machine_a: Store, plane: PlaneHandle, tmp_path: Path
+) -> None:
+    """`durability resume … --plane … --project shop` writes the resumed run's rows under project
+    shop, so the command's connection drains them to the plane before it exits: nothing is left
+    pending, and no warning is printed."""
+    with on_plane(machine_a, plane):
+        parked = runner_defs.approval.start(machine_a, {"topic": "cli-project"})
+    url = f"sqlite:///{tmp_path / 'cli-project.db'}"
+    args = ["resume", url, parked.thread_id, "--runner", "runner_defs:approval"]
+    args += ["--value", '{"approved": true}', "--single-worker", "--plane", plane.url]
+    done = CliRunner().invoke(
+        cli, [*args, "--project", "shop", "--json"], env={"DURABILITY_PLANE_API_KEY": plane.key}
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert "warning" not in done.stderr
+    assert len(plane.ids_on_plane(parked.thread_id)) == 6, "the continuation replicated"
+    with durability.open(url, settings=Settings()) as store:
+        rows = read_thread(store, parked.thread_id)
+        assert [c.project_id for c in rows] == ["", "", "", "shop", "shop", "shop"]
+        assert {e.state for e in store.outbox()} == {"synced"}
+    status = CliRunner().invoke(cli, ["outbox", "status", url, "--json"])
+    assert [(p["project_id"], p["pending"]) for p in json.loads(status.output)] == [
+        ("", 0),
+        ("shop", 0),
+    ]
+
+
+@pytest.mark.parametrize("fault", ["hold", 503])
+def test_cli_resume_warns_when_the_run_is_not_on_the_plane_at_exit(
+    machine_a: Store, plane: PlaneHandle, tmp_path: Path, fault: str | int
+) -> None:
+    """When the final drain times out (the plane holds the request past --drain-timeout) or the
+    plane will not take the rows (503s), `durability resume` still succeeds but warns that the
+    run's rows are pending and how to see them."""
+    with on_plane(machine_a, plane):
+        parked = runner_defs.approval.start(machine_a, {"topic": "cli-warn"})
+    url = f"sqlite:///{tmp_path / 'cli-warn.db'}"
+    plane.faults.faults.extend([fault] * 50)
+    args = ["resume", url, parked.thread_id, "--runner", "runner_defs:approval"]
+    args += ["--value", '{"approved": true}', "--single-worker", "--plane", plane.url]
+    done = CliRunner().invoke(
+        cli, [*args, "--drain-timeout", "0.5"], env={"DURABILITY_PLANE_API_KEY": plane.key}
+    )
+    with durability.open(url, settings=Settings()) as store:
+        pending = store.outbox(state="pending")
+    plane.faults.release.set()
+    assert done.exit_code == 0, done.output
+    assert "completed" in done.stdout
+    assert len(pending) == 3
+    why = "did not finish within 0.5s" if fault == "hold" else "did not take them (HTTP 503"
+    assert f"warning: 3 checkpoint(s) of thread {parked.thread_id} are still pending" in done.stderr
+    assert why in done.stderr
+    assert f"durability outbox status {url}" in done.stderr
+
+
+def test_cli_restore_dry_run_exits_1_when_the_restore_would_be_refused(
+    machine_a: Store, plane: PlaneHandle, tmp_path: Path
+) -> None:
+    """`durability restore --dry-run` exits 1 with the refusal when applying would be refused (a
+    park the store cannot hold; a thread the store already holds, without --overwrite), and 0
+    when it would not; it never writes."""
+    with on_plane(machine_a, plane):
+        parked = runner_defs.approval.start(machine_a, {"topic": "dry-refused"})
+    url = f"sqlite:///{tmp_path / 'dry.db'}"
+    env = {"DURABILITY_PLANE_API_KEY": plane.key}
+    args = ["restore", url, parked.thread_id, "--plane", plane.url]
+    runner = CliRunner()
+    no_park = runner.invoke(cli, [*args, "--dry-run"], env=env)
+    assert no_park.exit_code == 1, no_park.output
+    assert "dry run: would not restore: " in no_park.stderr
+    assert "single_worker=True" in no_park.stderr
+    as_json = runner.invoke(cli, [*args, "--dry-run", "--json"], env=env)
+    assert as_json.exit_code == 1
+    assert "single_worker=True" in json.loads(as_json.stdout)["error"]
+    with durability.open(url, settings=Settings()) as store:
+        assert not store.has_thread(parked.thread_id)
+    parks = [*args, "--single-worker"]
+    assert runner.invoke(cli, [*parks, "--dry-run"], env=env).exit_code == 0
+    assert runner.invoke(cli, parks, env=env).exit_code == 0
+    held = runner.invoke(cli, [*parks, "--dry-run"], env=env)
+    assert held.exit_code == 1
+    assert "already holds thread" in held.stderr
+    assert "--overwrite" in held.stderr
+    assert runner.invoke(cli, [*parks, "--dry-run", "--overwrite"], env=env).exit_code == 0
+
+
+def test_resume_and_fork_keep_the_runs_project_else_take_the_connections(
+    machine_a: Store, plane: PlaneHandle
+) -> None:
+    """A resumed or forked run writes under the source run's project; a run started without one
+    takes the project of the connection it is resumed through; project_id= overrides both."""
+    BROKEN["b"] = True
+    try:
+        shop = flaky.start(machine_a, {"machine": "A"}, project_id="shop")
+        plain = flaky.start(machine_a, {"machine": "A"})
+    finally:
+        BROKEN["b"] = False
+    with connect(machine_a, plane.url, plane.key, project_id="ops", background=False) as conn:
+        flaky.resume(machine_a, shop.thread_id, connection=conn)
+        flaky.resume(machine_a, plain.thread_id, connection=conn)
+        kept = flaky.fork(machine_a, shop.thread_id, connection=conn)
+        chosen = flaky.fork(machine_a, plain.thread_id, project_id="lab")
+
+    def projects(thread_id: str) -> list[str]:
+        return [c.project_id for c in read_thread(machine_a, thread_id)]
+
+    assert projects(shop.thread_id) == ["shop"] * 6
+    assert projects(plain.thread_id) == ["", "", "", "ops", "ops", "ops"]
+    assert set(projects(kept.thread_id)) == {"shop"}
+    assert set(projects(chosen.thread_id)) == {"lab"}

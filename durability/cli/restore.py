@@ -58,7 +58,7 @@ def restore(
     deadline comes from, warnings), then writes it unless --dry-run. The rows are written as
     already replicated, so they are never sent back. A thread the store already holds is
     refused unless --overwrite. Exit code 1 when the plane holds nothing of THREAD or the
-    restore is refused.
+    restore is refused (with --dry-run: would be refused, as the store stands now).
     """
     from durability.errors import DurabilityError
     from durability.replication.client import PlaneClient
@@ -77,7 +77,9 @@ def restore(
         plan = plan_restore(store, thread_id, client=client, project_id=project)
         if plan.empty:
             error = f"the plane {plan.target} holds no checkpoint of thread {thread_id!r}; nothing to restore"
-        elif not dry_run:
+        elif dry_run:
+            error = plan.refusal_with(overwrite=overwrite)
+        else:
             try:
                 result = apply_restore(store, plan, overwrite=overwrite)
             except DurabilityError as exc:
@@ -102,7 +104,9 @@ def restore(
         elif dry_run and error is None:
             click.echo("dry run: nothing written")
     if error is not None:
-        click.echo(f"not restored: {error}", err=True)
+        click.echo(
+            f"{'dry run: would not restore' if dry_run else 'not restored'}: {error}", err=True
+        )
         sys.exit(1)
 
 

@@ -78,6 +78,33 @@ def runs(url: str, as_json: bool) -> None:
     )
 
 
+def _disconnect(connection: Any, thread_id: str, url: str, timeout: float) -> None:
+    """Close the connection after its final drain; warn when rows of the thread stay pending."""
+    from durability.stores.base import redact_url
+
+    finished = connection.close(timeout=timeout)
+    if not connection.replicating:
+        return
+    pending = len(
+        connection.store.outbox(
+            state="pending", project_id=connection.project_id, thread_id=thread_id
+        )
+    )
+    if not pending:
+        return
+    why = (
+        f"the final drain to {connection.target} did not finish within {timeout:g}s"
+        if not finished
+        else f"the plane {connection.target} did not take them ({connection.last_error or 'no answer'})"
+    )
+    click.echo(
+        f"warning: {pending} checkpoint(s) of thread {thread_id} are still pending: {why}. They "
+        "stay in the store's outbox and are sent on its next connection; see them with "
+        f"`durability outbox status {redact_url(url)}`",
+        err=True,
+    )
+
+
 def _time_left(value: Any) -> Any:
     if value is None:
         return None
@@ -112,6 +139,14 @@ def _time_left(value: Any) -> Any:
     metavar="URL",
     help="A flow's deployment store, where it marks the session threads it owns (default: URL).",
 )
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With a plane: how long to wait for the resumed run's checkpoints to be sent.",
+)
 @plane_options(required=False)
 @json_option
 def resume(
@@ -121,6 +156,7 @@ def resume(
     value_json: str | None,
     single_worker: bool,
     deployment_url: str | None,
+    drain_timeout: float,
     plane_url: str | None,
     api_key_env: str,
     project: str,
@@ -133,9 +169,12 @@ def resume(
     fails.
 
     With a plane (--plane or DURABILITY_PLANE_URL, the key from DURABILITY_PLANE_API_KEY) the
-    store is connected for the resume: a THREAD the store has no record of is restored from the
-    plane first (unless DURABILITY_RESTORE_FROM_PLANE is off), and the resumed run's new
-    checkpoints replicate (drained before the command exits).
+    store's project --project is connected for the resume: a THREAD the store has no record of
+    is restored from the plane first (unless DURABILITY_RESTORE_FROM_PLANE is off), and the
+    resumed run's new checkpoints, written under --project, replicate: they are drained before
+    the command exits, up to --drain-timeout. Those the plane has not taken by then stay pending
+    (a warning says so) and are sent on the store's next connection. Without a plane the run
+    keeps its own project (--project sets another).
     """
     from durability.errors import RunNotResumable
     from durability.runs import NO_VALUE, load_runner
@@ -164,14 +203,20 @@ def resume(
 
                     connection = connect(store, plane_url, key, project_id=project)
                 result = runner.resume(
-                    store, thread_id, value, deployment_store=deployment, connection=connection
+                    store,
+                    thread_id,
+                    value,
+                    deployment_store=deployment,
+                    connection=connection,
+                    # the connection drains only its project's rows: the run's must be its
+                    project_id=project if connection is not None or project else None,
                 )
             except RunNotResumable as exc:
                 click.echo(f"not resumed: {exc}", err=True)
                 sys.exit(2)
             finally:
                 if connection is not None:
-                    connection.close(timeout=30)
+                    _disconnect(connection, thread_id, url, drain_timeout)
                 if deployment is not None:
                     deployment.close()
     if as_json:
