@@ -567,7 +567,11 @@ def _wire_row(item: Mapping[str, Any]) -> dict[str, Any]:
     if created is not None and created.tzinfo is None:
         created = created.tz_localize("UTC")
     output = metadata.get("node_output")
-    end = {k: output.get(k) for k in ("run_reason", "run_error")} if isinstance(output, dict) else None
+    end = (
+        {k: output.get(k) for k in ("run_reason", "run_error")}
+        if isinstance(output, dict)
+        else None
+    )
     if extension is not None:
         run_id, status = str(extension.get("run_id") or ""), extension.get("status")
     else:  # an item the fastaiagent SDK sent: its execution is one run
