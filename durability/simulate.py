@@ -477,6 +477,22 @@ def outage_backlog(
     return frame
 
 
+def describe_outage(frame: pd.DataFrame) -> str:
+    """One sentence on an :func:`outage_backlog` frame (its ``attrs``), for notebooks and reports:
+    ``a 2d outage from 2026-11-28 20:01 UTC: up to 16 rows waiting, the oldest 16h52m old;
+    the outbox is empty again at 2026-11-30 20:06 UTC``."""
+    info = frame.attrs
+    start, end = info["outage_start"], info["outage_end"]
+    length = format_duration((end - start).to_pytimedelta())
+    age = info["peak_age"]
+    oldest = "-" if pd.isna(age) else format_duration(age.round("min").to_pytimedelta())
+    return (
+        f"a {length} outage from {start:%Y-%m-%d %H:%M} UTC: up to {info['peak_pending']:,} rows "
+        f"waiting, the oldest {oldest} old; the outbox is empty again at "
+        f"{info['cleared_at']:%Y-%m-%d %H:%M} UTC"
+    )
+
+
 def _departures(arrivals: Ints, reopen: int, rate: float | None) -> Ints:
     """When each row (in write order) is sent: not before ``reopen``, one every 1/rate seconds.
 
@@ -516,6 +532,7 @@ __all__ = [
     "Policy",
     "as_policy",
     "daily",
+    "describe_outage",
     "kept",
     "lost_conversations",
     "outage_backlog",

@@ -22,6 +22,7 @@ from durability.simulate import (
     DAILY_COLUMNS,
     Policy,
     daily,
+    describe_outage,
     kept,
     lost_conversations,
     outage_backlog,
@@ -272,6 +273,10 @@ def test_an_outage_queues_every_row_then_a_fast_drain_empties_it_at_once() -> No
     assert frame.attrs["peak_pending"] == 60
     assert frame.attrs["cleared_at"] == pd.Timestamp(T0 + minutes(120))
     assert list(frame.columns) == ["time", "pending", "oldest_pending_age"]
+    assert describe_outage(frame) == (
+        "a 1h outage from 2026-06-01 01:00 UTC: up to 60 rows waiting, the oldest 59m old; "
+        "the outbox is empty again at 2026-06-01 02:00 UTC"
+    )
 
 
 def test_a_drain_rate_sets_how_long_the_backlog_takes_to_clear() -> None:
@@ -288,6 +293,7 @@ def test_a_drain_rate_sets_how_long_the_backlog_takes_to_clear() -> None:
 def test_an_outage_with_no_writes_has_no_backlog() -> None:
     frame = outage_backlog(checkpoints_frame([T0 - DAY]), T0, "2h")
     assert frame["pending"].max() == 0
+    assert "up to 0 rows waiting, the oldest - old" in describe_outage(frame)
     assert frame.attrs["cleared_at"] == pd.Timestamp(T0 + timedelta(hours=2))
     with pytest.raises(ConfigError, match="positive rate"):
         outage_backlog(checkpoints_frame([T0]), T0, "1h", drain_rate=0)
