@@ -12,7 +12,7 @@ demo store::
     from durability import bundle
 
     result = bundle.execute(
-        bundle.NOTEBOOKS / "explore_store.ipynb",
+        bundle.notebook("explore_store.ipynb"),
         {"store_url": "sqlite:///durability-out/demo.db", "output_dir": "durability-out/charts"},
         Path("durability-out/notebooks"),
     )
@@ -35,9 +35,20 @@ from typing import Any
 
 from durability.errors import ConfigError, NotebookError
 
-#: The bundle's notebooks, in reading order (``notebooks/`` of the source tree).
+#: The bundle's notebooks, in reading order.
 NOTEBOOK_NAMES = ("explore_store.ipynb", "plan_retention.ipynb", "restore_runs.ipynb")
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _notebooks_dir() -> Path:
+    """Where the notebooks are: ``durability/notebooks`` in an installed wheel (the build copies
+    the top-level ``notebooks/`` there), else ``notebooks/`` beside the package in a checkout."""
+    package = Path(__file__).resolve().parent
+    installed = package / "notebooks"
+    return installed if installed.is_dir() else package.parent / "notebooks"
+
+
+#: The folder holding the bundled notebooks (see :func:`notebook`).
+NOTEBOOKS = _notebooks_dir()
 
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
@@ -53,6 +64,22 @@ class Executed:
     path: Path
     seconds: float
     parameters: Mapping[str, Any]
+
+
+def notebook(name: str, folder: Path | None = None) -> Path:
+    """The path of the bundled notebook ``name`` (in ``folder``, default :data:`NOTEBOOKS`).
+
+    Raises:
+        NotebookError: The notebook is not there (an install without its notebooks).
+    """
+    path = (folder or NOTEBOOKS) / name
+    if not path.is_file():
+        raise NotebookError(
+            f"cannot find the notebook {name} in {path.parent}: this copy of durability-toolkit "
+            "was installed without its notebooks; reinstall it from a wheel or a clone "
+            "(`pip install --force-reinstall durability-toolkit`)"
+        )
+    return path
 
 
 def declared_parameters(nb: Any) -> dict[str, Any]:
@@ -86,11 +113,12 @@ def with_parameters(path: Path, parameters: Mapping[str, Any]) -> Any:
 
     Raises :class:`~durability.errors.ConfigError` for a notebook without exactly one
     ``parameters`` cell, or a parameter that cell does not declare (a typo would otherwise be
-    ignored silently and the notebook run on its defaults).
+    ignored silently and the notebook run on its defaults), and
+    :class:`~durability.errors.NotebookError` when there is no notebook at ``path``.
     """
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    nb = nbformat.read(notebook(path.name, path.parent), as_version=4)  # type: ignore[no-untyped-call]
     cell = _parameters_cell(nb, path)
     known = declared_parameters(nb)
     unknown = sorted(set(parameters) - set(known))
@@ -127,7 +155,8 @@ def execute(
 
     Raises:
         ConfigError: The notebook's ``parameters`` cell is missing or does not declare a name.
-        NotebookError: A cell failed; the partly executed notebook was written all the same.
+        NotebookError: A cell failed (the partly executed notebook was written all the same),
+            or there is no notebook at ``notebook``.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -233,7 +262,7 @@ def write_copies(
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name in NOTEBOOK_NAMES:
-        nb = with_parameters((source or NOTEBOOKS) / name, parameters.get(name, {}))
+        nb = with_parameters(notebook(name, source), parameters.get(name, {}))
         nbformat.write(nb, dest / name)  # type: ignore[no-untyped-call]
         written.append(dest / name)
     return written

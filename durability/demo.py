@@ -617,7 +617,7 @@ def run_notebooks(fleet: Fleet, *, names: tuple[str, ...] | None = None) -> list
     params = notebook_parameters(fleet.manifest(), fleet.plane.url, charts)
     return [
         bundle.execute(
-            bundle.NOTEBOOKS / name,
+            bundle.notebook(name),
             params[name],
             fleet.out / "notebooks",
             env=fleet.plane.env(),

@@ -30,7 +30,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │   └── RunNotResumable                    a completed run, or nothing to resume from
     │       └── AlreadyResumed                 another worker resumed the run first
     ├── SweepError
-    └── NotebookError (RuntimeError)           a bundled notebook failed to execute
+    └── NotebookError (RuntimeError)           a bundled notebook is missing or failed to execute
 """
 
 from __future__ import annotations
@@ -147,4 +147,5 @@ class SweepError(DurabilityError):
 
 
 class NotebookError(DurabilityError, RuntimeError):
-    """A notebook of the bundle failed to execute; the partly executed copy was still written."""
+    """A notebook of the bundle is missing, or failed to execute (the partly executed copy was
+    still written)."""

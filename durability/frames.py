@@ -30,7 +30,10 @@ Column notes:
   (write order, all namespaces); ``NaT`` with fewer than two. ``status`` is the newest
   checkpoint's; ``run_id`` the ledger's last run start, else the newest checkpoint's run.
   ``lease_holder`` / ``lease_expires_at`` show a lease live at ``now``; ``parked`` is a
-  pending park whose deadline is after ``now``.
+  pending park whose deadline is after ``now``. ``unreplicated`` (int64) counts the thread's
+  checkpoints the plane does not have (pending or quarantined outbox rows) in a store that
+  replicates (some process recorded a connection), as the sweep's replication filter reads
+  it; ``0`` in a store that does not. Like a live park or lease, it spares the thread.
 * ``outbox.age``: how long the row waited — ``now - created_at`` while pending,
   ``synced_at - created_at`` once the plane has it or refused it (``NaT`` if unknown).
 * ``backlog``: a row is pending from its ``created_at`` until its ``synced_at`` (when the
@@ -41,6 +44,10 @@ Column notes:
   last checkpoint), ``running`` (a live lease), ``stalled`` (unfinished, the thread's latest
   run: resumable) or ``abandoned`` (unfinished, a later run started on its thread), as
   ``durability runs`` says. ``duration`` is ``ended_at - started_at`` (``NaT`` until it ends).
+  ``reason`` is why a failed run ended, as its run end records it: ``error`` (a step raised;
+  ``error`` holds the exception), ``cancelled`` (stopped), ``aborted`` or ``timeout``; ``<NA>``
+  for any other run, for a plane that serves no history, and where the writer recorded none
+  (the fastaiagent SDK records ``cancelled`` and ``timeout`` but no reason for an error).
 * Foreign stores: a LangGraph store keeps a checkpoint's time inside its serialized blob, so
   its frames read each checkpoint through LangGraph's serializer (the values are not kept);
   a fastaiagent store is read with SQL, payloads untouched.
@@ -109,6 +116,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "lease_expires_at": _TIME,
         "parked": "bool",
         "park_deadline": _TIME,
+        "unreplicated": "int64",
     },
     "outbox": {
         "thread_id": "string",
@@ -151,6 +159,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "ended_at": _TIME,
         "steps": "int64",
         "duration": _SPAN,
+        "reason": "string",
         "error": "string",
     },
 }
@@ -212,7 +221,8 @@ def checkpoints(
 def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
     """One row per thread (``COLUMNS["threads"]``), in thread id order.
 
-    ``now`` (default: the store's clock) decides which leases are live and which parks unexpired.
+    ``now`` (default: the store's clock) decides which leases are live and which parks unexpired;
+    ``unreplicated`` is read from the outbox as it is (it does not depend on ``now``).
     """
     at = _now(store, now)
     cols = _collect(store.thread_columns(), THREAD_COLUMNS)
@@ -220,6 +230,7 @@ def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
     lease_live = [e is not None and e > at_us for e in cols["lease_expires_at"]]
     pending = {p.thread_id: p.deadline for p in store.parks()}
     deadlines = [pending.get(t) for t in cols["thread_id"]]
+    missing = store.unreplicated() if store.replicates else {}
     frame = pd.DataFrame(
         {
             "thread_id": _strings(cols["thread_id"]),
@@ -255,6 +266,7 @@ def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
             ),
             "parked": np.array([d is not None and d > at for d in deadlines], dtype=bool),
             "park_deadline": _times([_micros_of(d) if d is not None else None for d in deadlines]),
+            "unreplicated": _ints([missing.get(t, 0) for t in cols["thread_id"]]),
         }
     )
     return _in_order(frame, ["thread_id"])
@@ -415,12 +427,12 @@ def runs(store: Store) -> pd.DataFrame:
         for r in rows
         if r["step_type"] == STEP_RUN_END and r["status"] == FAILED
     ]
-    outputs = store.run_end_outputs(failed)
-    errors = {
-        key[0] + "\x00" + key[2]: out.get("run_error") if isinstance(out, Mapping) else None
-        for key, out in outputs.items()
+    ends = {
+        key[0] + "\x00" + key[2]: out
+        for key, out in store.run_end_outputs(failed).items()
+        if isinstance(out, Mapping)
     }
-    return _runs_frame(rows, parked, lease_runs, errors, interrupted_is_parked=False)
+    return _runs_frame(rows, parked, lease_runs, ends, interrupted_is_parked=False)
 
 
 def plane_runs(connection: Any) -> pd.DataFrame:
@@ -451,12 +463,12 @@ def plane_runs(connection: Any) -> pd.DataFrame:
         cursor = page.get("next_cursor")
         if not cursor:
             break
-    errors = {
-        r["thread_id"] + "\x00" + r["checkpoint_id"]: r.pop("error")
+    ends = {
+        r["thread_id"] + "\x00" + r["checkpoint_id"]: end
         for r in rows
-        if r.get("error") is not None
+        if (end := r.pop("end")) is not None
     }
-    frame = _runs_frame(rows, {}, {}, errors, interrupted_is_parked=True)
+    frame = _runs_frame(rows, {}, {}, ends, interrupted_is_parked=True)
     if summaries:
         frame = pd.concat([frame, _health_rows(summaries)], ignore_index=True)
         frame["status"] = frame["status"].astype(pd.CategoricalDtype(list(RUN_STATUSES)))
@@ -480,11 +492,14 @@ def _runs_frame(
     rows: list[dict[str, Any]],
     parked: Mapping[str, tuple[str, str]],
     leases: Mapping[str, str],
-    errors: Mapping[str, Any],
+    ends: Mapping[str, Mapping[str, Any]],
     *,
     interrupted_is_parked: bool,
 ) -> pd.DataFrame:
     """Group checkpoint rows (write order within each thread) into runs, as ``list_runs`` does.
+
+    ``ends`` holds the record (``run_reason``, ``run_error``) of the failed run ends, keyed by
+    thread id and checkpoint id joined with NUL.
 
     ``interrupted_is_parked``: a plane knows no parks, so an unfinished run whose last row is
     its thread's latest and ``interrupted`` reads as parked there.
@@ -509,7 +524,8 @@ def _runs_frame(
         else:
             status = "stalled" if latest[thread_id] is last else "abandoned"
         started = members[0]["created_at"]
-        error = errors.get(thread_id + "\x00" + last["checkpoint_id"]) if ended else None
+        end = ends.get(thread_id + "\x00" + last["checkpoint_id"], {}) if ended else {}
+        reason, error = end.get("run_reason"), end.get("run_error")
         out["run_id"].append(run_id)
         out["thread_id"].append(thread_id)
         out["runner"].append(last["runner"])
@@ -522,6 +538,7 @@ def _runs_frame(
             if ended and started is not None and last["created_at"] is not None
             else None
         )
+        out["reason"].append(None if reason is None else str(reason))
         out["error"].append(None if error is None else str(error))
     return pd.DataFrame(
         {
@@ -533,13 +550,15 @@ def _runs_frame(
             "ended_at": _times(out["ended_at"]),
             "steps": _ints(out["steps"]),
             "duration": _spans(out["duration"]),
+            "reason": _strings(out["reason"]),
             "error": _strings(out["error"]),
         }
     )
 
 
 def _wire_row(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A plane history item's scalar fields (no payload decoded; the run error read as sent)."""
+    """A plane history item's scalar fields (no payload decoded; a run end's reason and error
+    read as sent)."""
     raw = item.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
     found = metadata.get("durability")
@@ -548,7 +567,11 @@ def _wire_row(item: Mapping[str, Any]) -> dict[str, Any]:
     if created is not None and created.tzinfo is None:
         created = created.tz_localize("UTC")
     output = metadata.get("node_output")
-    error = output.get("run_error") if isinstance(output, dict) else None
+    end = (
+        {k: output.get(k) for k in ("run_reason", "run_error")}
+        if isinstance(output, dict)
+        else None
+    )
     if extension is not None:
         run_id, status = str(extension.get("run_id") or ""), extension.get("status")
     else:  # an item the fastaiagent SDK sent: its execution is one run
@@ -564,7 +587,7 @@ def _wire_row(item: Mapping[str, Any]) -> dict[str, Any]:
         "runner": str(
             metadata.get("chain_name") or item.get("agent_id") or item.get("chain_id") or ""
         ),
-        "error": error,
+        "end": end,
     }
 
 
@@ -590,6 +613,7 @@ def _health_rows(summaries: list[dict[str, Any]]) -> pd.DataFrame:
             "ended_at": _times([t if e else None for t, e in zip(last, ended, strict=True)]),
             "steps": _ints([int(s.get("step_index") or 0) for s in summaries]),
             "duration": _spans([None] * len(summaries)),
+            "reason": _strings([None] * len(summaries)),
             "error": _strings([None] * len(summaries)),
         }
     )

@@ -3,11 +3,12 @@
 Every function takes frames (:mod:`durability.frames`, :mod:`durability.simulate`) and returns
 a :class:`matplotlib.figure.Figure` (a :class:`Chart`) built with the object API: no pyplot
 state, nothing shown, so the same call works in a notebook (the figure displays itself as a
-PNG), a headless report
-(``fig.savefig("chart.png")``) and a test. Layouts are constrained (labels never overlap),
-dates use matplotlib's concise formatter and are UTC, durations are in the unit that reads
-best (minutes, hours or days) and bytes in binary units (KiB, MiB, GiB). An empty frame gives a
-figure that says "no data" instead of failing.
+PNG), a headless report (``fig.savefig("chart.png")``) and a test. Layouts are constrained
+(labels never overlap; a test checks every text box of every chart), legends that could cover
+data sit outside the axes, dates use matplotlib's concise formatter and are UTC, durations are
+in the unit that reads best (minutes, hours or days) and bytes in the binary unit (KiB, MiB,
+GiB) of the largest value plotted. An empty frame gives a figure that says "no data" instead of
+failing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -42,6 +43,9 @@ STATUS_COLOURS = {
     "stopped": "tab:purple",
 }
 HORIZON_COLOURS = {"finished": "tab:blue", "waiting": "tab:orange"}
+
+#: The sweep timeline cuts its first day's bar when it is this many times the tallest later one.
+FIRST_DAY_CLIP = 3
 _CURRENT: dict[str, Any] = {"color": "tab:red", "linestyle": "--", "linewidth": 1.5}
 
 _UNITS = (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0), ("seconds", 1.0))
@@ -122,6 +126,37 @@ def bytes_unit(largest: float) -> tuple[str, float]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _colours(n: int) -> list[Any]:
+    """``n`` distinct line colours: the tab10 cycle up to ten, else a sequential colormap (the
+    cycle would repeat colours)."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    return list(colormaps["viridis"](np.linspace(0.0, 0.92, n)))
+
+
+_Outside = Literal["outside right upper", "outside right lower", "outside upper right"]
+
+
+def _outside_legend(
+    fig: Figure, ax: Axes, *, title: str | None = None, loc: _Outside = "outside right upper"
+) -> None:
+    """The legend of ``ax``'s labelled artists in the figure's margin, where it can cover no
+    data; a long one wraps into columns."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    fig.legend(
+        handles,
+        labels,
+        loc=loc,
+        title=title,
+        fontsize="small",
+        ncols=max(1, -(-len(handles) // 18)),
+    )
+
+
 def _count_axis(ax: Axes, label: str) -> None:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(label)
@@ -161,7 +196,7 @@ def backlog(backlog_df: pd.DataFrame, *, title: str = "Outbox backlog") -> Figur
         span = _utc([backlog_df.attrs["outage_start"], backlog_df.attrs["outage_end"]])
         for ax in (top, bottom):
             ax.axvspan(span[0], span[1], color="grey", alpha=0.2, label="plane outage")
-        top.legend(loc="upper right")
+        _outside_legend(fig, top, loc="outside upper right")
     return fig
 
 
@@ -213,11 +248,12 @@ def retention_curve(
     top.set_title(f"Threads kept (of {len(threads):,})")
     _count_axis(top, "threads kept")
     total = float(threads["size_bytes"].sum())
-    unit, size = bytes_unit(total)
-    bottom.plot(days, kept["kept_bytes"].to_numpy() / size, marker="o", color="tab:green")
+    kept_bytes = kept["kept_bytes"].to_numpy()
+    unit, size = bytes_unit(float(kept_bytes.max()))  # the values plotted, not the total
+    bottom.plot(days, kept_bytes / size, marker="o", color="tab:green")
     bottom.set_title(f"Bytes kept (of {human_bytes(total)})")
     bottom.set_ylabel(f"bytes kept ({unit})")
-    bottom.set_ylim(bottom=0)
+    bottom.set_ylim(0, max(float(kept_bytes.max()) / size, 1.0) * 1.08)
     bottom.set_xlabel("waiting retention (days)")
     if marked is not None:
         x = marked.waiting.total_seconds() / 86_400
@@ -257,11 +293,17 @@ def idle_gaps(threads: pd.DataFrame, waiting: timedelta | str | simulate.Policy)
 # ---------------------------------------------------------------------------- sweep timeline
 
 
-def sweep_timeline(daily_df: pd.DataFrame, *, policy: str | None = None) -> Figure:
+def sweep_timeline(
+    daily_df: pd.DataFrame, *, policy: str | None = None, log: bool = False
+) -> Figure:
     """The daily sweeps of :func:`durability.simulate.daily`: what remains, what goes by horizon.
 
-    Top: threads remaining after each sweep, one line per policy. Bottom: threads deleted each
-    day, finished and waiting horizons stacked, for ``policy`` (a label; default the first).
+    Top: threads remaining after each sweep, one line per policy (``policy``'s drawn thicker),
+    the legend outside the axes. Bottom: threads deleted each day, finished and waiting horizons
+    stacked, for ``policy`` (a label; default the first). The first sweep deletes the whole
+    backlog already due: when its bar is more than :data:`FIRST_DAY_CLIP` times the tallest of
+    the others it is cut at the axis top and its count written on it, so the later days stay
+    readable; ``log=True`` draws the counts on a symmetric log axis instead.
     """
     title = "Sweep timeline"
     if daily_df.empty:
@@ -275,13 +317,19 @@ def sweep_timeline(daily_df: pd.DataFrame, *, policy: str | None = None) -> Figu
         )
     fig = _figure(title, 2, sharex=True)
     top, bottom = fig.axes
-    for label in labels:
+    for label, colour in zip(labels, _colours(len(labels)), strict=True):
         rows = daily_df[daily_df["policy"] == label]
-        top.plot(_utc(rows["day"]), rows["remaining_threads"].to_numpy(), label=label)
+        top.plot(
+            _utc(rows["day"]),
+            rows["remaining_threads"].to_numpy(),
+            label=label,
+            color=colour,
+            linewidth=2.6 if label == chosen else 1.4,
+            zorder=3 if label == chosen else 2,
+        )
     top.set_title("Threads remaining after each daily sweep")
     _count_axis(top, "threads")
-    if len(labels) <= 12:
-        top.legend(loc="best", fontsize="small")
+    _outside_legend(fig, top, title="policy")
     rows = daily_df[daily_df["policy"] == chosen]
     days = _utc(rows["day"])
     finished = rows["deleted_finished_threads"].to_numpy()
@@ -292,7 +340,26 @@ def sweep_timeline(daily_df: pd.DataFrame, *, policy: str | None = None) -> Figu
     )
     bottom.set_title(f"Threads deleted per day by horizon: {chosen}")
     _count_axis(bottom, "threads deleted")
-    bottom.legend(loc="upper right", title="horizon")
+    totals = finished + waiting
+    later = int(totals[1:].max()) if len(totals) > 1 else 0
+    if log:
+        bottom.set_yscale("symlog", linthresh=1)
+        bottom.set_ylim(0, max(2.0, float(totals.max()) * 2))
+        bottom.set_ylabel("threads deleted (log scale)")
+    elif later and totals[0] > FIRST_DAY_CLIP * later:
+        ceiling = max(later * 1.5, later + 1.0)
+        bottom.set_ylim(0, ceiling)
+        bottom.annotate(
+            f"first sweep: {int(totals[0]):,} (bar cut)",
+            xy=(days[0], ceiling),
+            xytext=(12, -4),
+            textcoords="offset points",
+            ha="left",
+            va="top",
+            fontsize="small",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
+        )
+    _outside_legend(fig, bottom, title="horizon", loc="outside right lower")
     _date_axis(bottom, "sweep day (UTC)")
     return fig
 
@@ -300,9 +367,13 @@ def sweep_timeline(daily_df: pd.DataFrame, *, policy: str | None = None) -> Figu
 # ---------------------------------------------------------------------------- run health
 
 
-def run_health(runs_df: pd.DataFrame) -> Figure:
-    """Runs started per day by status, and each runner's runs by status (``frames.runs``)."""
-    title = "Run health"
+def run_health(runs_df: pd.DataFrame, *, source: str | None = None) -> Figure:
+    """Runs started per day by status, and each runner's runs by status (``frames.runs``).
+
+    ``source`` names where the runs were read when it is not the local store, and goes in the
+    title: ``run_health(frames.plane_runs(conn), source="plane, project edge")``.
+    """
+    title = "Run health" if source is None else f"Run health ({source})"
     if runs_df.empty:
         return _no_data(title)
     runs = runs_df.assign(
@@ -325,7 +396,7 @@ def run_health(runs_df: pd.DataFrame) -> Figure:
     top.set_title("Runs started per day")
     _count_axis(top, "runs")
     _date_axis(top, "day (UTC)")
-    top.legend(loc="upper left", fontsize="small", title="status")
+    _outside_legend(fig, top, title="status")
     per_runner = runs.pivot_table(
         index="runner", columns="status", values="run_id", aggfunc="count", fill_value=0
     )
@@ -343,6 +414,7 @@ def run_health(runs_df: pd.DataFrame) -> Figure:
 
 
 __all__ = [
+    "FIRST_DAY_CLIP",
     "NO_DATA",
     "Chart",
     "backlog",

@@ -90,13 +90,18 @@ def write_report(
     proposed_waiting: str = "7d",
     proposed_finished: str = "2d",
     plane: Any = None,
+    outage_length: str = "2d",
+    drain_rate: float | None = 0.05,
 ) -> Path:
     """Write ``out/index.html`` and its charts (PNG) for ``store``; returns the page's path.
 
     ``settings`` are the retention values in force (default: from the environment), ``now``
     the sweep's "now" (default: the store's clock), ``proposed_*`` the shorter values the page
     compares them with, ``plane`` a :class:`~durability.replication.PlaneClient` whose run
-    health is added. A section the store cannot answer (a store without an outbox) says so.
+    health is added, ``outage_length`` and ``drain_rate`` (rows per second; ``None``: at once)
+    the plane outage simulated over the recorded writes (``simulate.outage_backlog``, starting
+    two outage lengths before the newest write, as ``explore_store.ipynb`` does). A section the
+    store cannot answer (a store without an outbox) says so.
     """
     import durability.frames as frames
     import durability.plots as plots
@@ -135,6 +140,12 @@ def write_report(
     if len(runs):
         s.table(runs.groupby(["runner", "status"], observed=True).size().reset_index(name="runs"))
         page.chart(s, plots.run_health(runs), "run_health", "runs by status over time")
+        failed = runs[runs.status == "failed"]
+        if len(failed):
+            s.table(
+                failed.groupby("reason", dropna=False).size().reset_index(name="runs"),
+                "failed runs by reason (error, cancelled, aborted, timeout)",
+            )
 
     s = page.section(
         "Replication",
@@ -156,16 +167,45 @@ def write_report(
             s.table(
                 stuck[["thread_id", "checkpoint_id", "size_bytes", "sync_error"]], "quarantined"
             )
+            s.note(
+                "Once the plane accepts them (its cap raised, say), put them back in the outbox "
+                f"with `durability outbox release {redact_url(store.url)}` (or the Release button "
+                "of explore_store.ipynb's outbox monitor); the next drain sends them again."
+            )
         if len(outbox):
             page.chart(
                 s, plots.backlog(frames.backlog(store, freq="6h")), "backlog", "backlog over time"
             )
+    checkpoints = frames.checkpoints(store)
+    if len(checkpoints):
+        length = parse_duration(outage_length, name="outage length")
+        start = checkpoints.created_at.max().to_pydatetime() - 2 * length
+        outage = simulate.outage_backlog(checkpoints, start, length, drain_rate)
+        rate = "at once" if drain_rate is None else f"at {drain_rate:g} rows/s"
+        s.note(
+            f"The recorded writes replayed against a plane outage, the outbox draining {rate} "
+            f"once it ends: {simulate.describe_outage(outage)}."
+        )
+        page.chart(
+            s,
+            plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"),
+            "outage_backlog",
+            "the backlog a plane outage would build",
+        )
     if plane is not None:
         plane_runs = frames.plane_runs(plane)
         s.table(
             plane_runs.groupby("status", observed=True).size().reset_index(name="runs"),
             "runs on the plane",
         )
+        if len(plane_runs):
+            project = plane.auth_check().get("project_id") or "?"
+            page.chart(
+                s,
+                plots.run_health(plane_runs, source=f"plane, project {project}"),
+                "plane_run_health",
+                "runs on the plane by status over time",
+            )
 
     proposed = settings.update(
         waiting_retention=proposed_waiting, finished_retention=proposed_finished

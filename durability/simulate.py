@@ -20,7 +20,10 @@ study is every thread's ceiling, as the platform values are: a declared value ab
 capped at it (:func:`durability.settings.waiting_horizon` applies the ceiling). Unlike the real sweep, which keeps the due time fixed at the mark, a simulated
 policy applies its finished value to every mark (the question is "what if this value had been
 in force"). Threads the sweep's filters would spare (an unexpired park, a live lease) are
-deleted at the first sweep after they stop being live.
+deleted at the first sweep after they stop being live. A thread holding rows the plane lacks
+(``unreplicated > 0``: pending or quarantined, which the sweep's replication filter spares) is
+never deleted within the simulated window: nothing drains in a simulation, so it stays as
+unreplicated as it is now.
 """
 
 from __future__ import annotations
@@ -222,6 +225,7 @@ _THREAD_COLUMNS = (
     "parked",
     "park_deadline",
     "lease_expires_at",
+    "unreplicated",
 )
 
 
@@ -240,11 +244,13 @@ class _Threads:
         _require(threads, _THREAD_COLUMNS, "threads")
         park = np.where(_bools(threads["parked"]), _ns(threads["park_deadline"]), _NAT)
         lease = _ns(threads["lease_expires_at"])
+        # Rows the plane lacks spare a thread for good here: nothing drains in a simulation.
+        unreplicated = threads["unreplicated"].fillna(0).to_numpy(dtype=np.int64) > 0
         return cls(
             size=np.asarray(threads["size_bytes"].fillna(0).to_numpy(dtype=np.int64)),
             newest=_ns(threads["newest_at"]),
             finished=_ns(threads["finished_at"]),
-            spared_until=np.maximum(park, lease),
+            spared_until=np.where(unreplicated, _NEVER, np.maximum(park, lease)),
             declared=_Declared.of(threads),
         )
 
@@ -261,7 +267,8 @@ class _Threads:
         finished_due = np.where(marked, self.finished + finished_h, _NEVER)
         by_finished = marked & (finished_due <= waiting_due)
         due = np.minimum(finished_due, waiting_due)
-        # Spared while a park is unexpired or a lease is live: deleted at the first sweep after.
+        # Spared while a park is unexpired or a lease is live: deleted at the first sweep after;
+        # never while the plane lacks some of its rows.
         return np.maximum(due, self.spared_until), by_finished
 
 
@@ -283,7 +290,10 @@ def daily(
     Returns:
         One row per (policy, day), columns :data:`DAILY_COLUMNS`: what that day's sweep
         deletes (threads, bytes; threads by horizon) and what remains after it. The first
-        day's sweep deletes everything already due by ``start``. No new writes are assumed.
+        day's sweep deletes everything already due by ``start`` that the sweep would not spare,
+        so it matches :func:`durability.sweep.plan_sweep` at ``start`` for the settings in
+        force. No new writes are assumed, and nothing drains: a thread with ``unreplicated``
+        rows is never deleted.
     """
     if days < 1:
         raise ConfigError(f"cannot simulate {days} days: give days >= 1")
@@ -467,6 +477,22 @@ def outage_backlog(
     return frame
 
 
+def describe_outage(frame: pd.DataFrame) -> str:
+    """One sentence on an :func:`outage_backlog` frame (its ``attrs``), for notebooks and reports:
+    ``a 2d outage from 2026-11-28 20:01 UTC: up to 16 rows waiting, the oldest 16h52m old;
+    the outbox is empty again at 2026-11-30 20:06 UTC``."""
+    info = frame.attrs
+    start, end = info["outage_start"], info["outage_end"]
+    length = format_duration((end - start).to_pytimedelta())
+    age = info["peak_age"]
+    oldest = "-" if pd.isna(age) else format_duration(age.round("min").to_pytimedelta())
+    return (
+        f"a {length} outage from {start:%Y-%m-%d %H:%M} UTC: up to {info['peak_pending']:,} rows "
+        f"waiting, the oldest {oldest} old; the outbox is empty again at "
+        f"{info['cleared_at']:%Y-%m-%d %H:%M} UTC"
+    )
+
+
 def _departures(arrivals: Ints, reopen: int, rate: float | None) -> Ints:
     """When each row (in write order) is sent: not before ``reopen``, one every 1/rate seconds.
 
@@ -506,6 +532,7 @@ __all__ = [
     "Policy",
     "as_policy",
     "daily",
+    "describe_outage",
     "kept",
     "lost_conversations",
     "outage_backlog",

@@ -76,6 +76,8 @@ plane_url = None  # the plane this store replicates to, e.g. "http://127.0.0.1:8
 api_key_env = "DURABILITY_PLANE_API_KEY"  # the environment variable holding the plane's API key
 output_dir = "../durability-out/charts"  # where the charts are saved as PNG
 foreign_url = None  # a store another tool wrote, e.g. "langgraph+sqlite:///checkpoints.db"
+outage_length = "2d"  # a plane outage to simulate over the recorded writes
+drain_rate = 0.05  # rows per second the outbox sends once the plane is back (None: all at once)
 """),
     code(SETUP),
     md("""
@@ -98,14 +100,21 @@ threads.groupby("owner", dropna=False).agg(threads=("thread_id", "size"), checkp
     md("""
 ## Runs and how they ended
 
-A run ends *completed*, *failed* (with a reason: an error, cancelled by an operator's stop,
-aborted), or it is *parked*: waiting on a human answer with a deadline. The chart counts runs
-by status per day.
+A run ends *completed*, *failed*, or it is *parked*: waiting on a human answer with a deadline.
+A failed run's `reason` says why it ended: `error` (a step raised; `error` holds the exception),
+`cancelled` (an operator stopped it), `aborted` (stopped, discarding the step in flight) or
+`timeout`. The chart counts runs by status per day and per runner.
 """),
     code("""
 runs = frames.runs(store)
 display(runs.groupby(["runner", "status"], observed=True).size().unstack(fill_value=0))
 bundle.chart(plots.run_health(runs), "run_health", charts)
+"""),
+    code("""
+# Why the failed runs ended, and the last ones.
+failed = runs[runs.status == "failed"]
+display(failed.groupby("reason", dropna=False).size().rename("runs").to_frame())
+failed.sort_values("ended_at", ascending=False)[["run_id", "runner", "reason", "error", "ended_at"]].head(10)
 """),
     code("""
 parks = frames.parks(store)
@@ -140,6 +149,43 @@ never drains means nothing is connected to drain it.
     code("""
 backlog = frames.backlog(store, freq="6h")
 bundle.chart(plots.backlog(backlog), "backlog", charts)
+"""),
+    md("""
+## Watch the outbox, release what the plane refused
+
+The monitor below shows the same backlog, the quarantined rows and a **Release** button: it puts
+them back in the outbox (`store.release`), so the next drain sends them again. Press it once the
+plane accepts them — after its cap was raised, say; until then they would only be refused again.
+**Refresh** reads the outbox again.
+"""),
+    code("""
+from durability.widgets import OutboxMonitor
+
+monitor = OutboxMonitor(store, freq="6h")
+monitor.widget
+"""),
+    md("""
+## What if the plane went down?
+
+The writes this store recorded, replayed against a plane outage of `outage_length` that starts
+two outage lengths before the newest write: nothing drains while the plane is down, then the outbox
+sends its rows in write order at `drain_rate` rows per second while new ones keep arriving. How
+many rows would wait, and how old the oldest would get, says whether the outbox (and the disk it
+lives on) rides out such an outage.
+"""),
+    code("""
+from durability import simulate
+from durability.settings import parse_duration
+
+checkpoints = frames.checkpoints(store)
+if len(checkpoints):
+    length = parse_duration(outage_length)
+    outage_start = checkpoints.created_at.max().to_pydatetime() - 2 * length
+    outage = simulate.outage_backlog(checkpoints, outage_start, length, drain_rate)
+    print(simulate.describe_outage(outage))
+    bundle.chart(plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"), "outage_backlog", charts)
+else:
+    print("the store holds no checkpoint: no writes to replay")
 """),
     md("""
 ## What the plane holds
@@ -320,8 +366,8 @@ store does not**, shows the **restore plan** (a dry run: what would be written) 
 is written, applies it, and resumes the run. The plane serves; the library executes.
 """),
     parameters("""
-store_url = "sqlite:///../durability-out/edge.db"  # the store to restore into (the lost store's replacement)
-plane_url = None  # the plane, e.g. "http://127.0.0.1:8700"
+store_url = "sqlite:///../durability-out/edge.db"  # the store to restore into (the lost store's replacement); a foreign store (fastaiagent+…, langgraph+…) is read-only and cannot be a restore target
+plane_url = None  # the plane, e.g. "http://127.0.0.1:8700"; None: explain how to start one and skip the restore
 api_key_env = "DURABILITY_EDGE_PLANE_API_KEY"  # the environment variable holding the plane's API key
 output_dir = "../durability-out/charts"  # where the charts are saved as PNG
 thread_id = None  # the thread to restore; None: the first parked run the store lacks
@@ -335,10 +381,19 @@ import os
 from durability import replication, restore
 from durability.runs import NO_VALUE, load_runner
 
-if not plane_url:
-    raise SystemExit("set plane_url (and the API key's environment variable): a restore reads the plane")
-connection = replication.connect(store, plane_url, os.environ[api_key_env])
-print(connection)
+connection = None
+if plane_url:
+    connection = replication.connect(store, plane_url, os.environ[api_key_env])
+    print(connection)
+else:
+    print(
+        "no plane_url: a restore reads the plane, so the sections below are skipped. To run them, "
+        "either `durability lab` (after `durability demo`: it serves the demo's plane and opens "
+        "these notebooks with plane_url and the key filled in), or serve a plane with "
+        "`durability plane serve --db URL`, make a key with `durability plane keys create`, "
+        "put it in the environment variable named by api_key_env and set plane_url here."
+    )
+print(f"this store holds {len(list(store.iter_threads()))} threads")
 """),
     md("""
 ## What the plane has that this store lacks
@@ -347,12 +402,16 @@ The plane's run health for this project, next to the threads the store holds. Ru
 the store has no record of are the ones the lost machine took with it.
 """),
     code("""
-plane_runs = frames.plane_runs(connection)
-local_threads = set(frames.threads(store).thread_id)
-missing = plane_runs[~plane_runs.thread_id.isin(local_threads)]
-print(f"the plane holds {plane_runs.thread_id.nunique()} threads; {missing.thread_id.nunique()} are missing from this store")
-bundle.chart(plots.run_health(plane_runs), "plane_run_health", charts)
-missing[["thread_id", "run_id", "runner", "status", "steps", "ended_at"]]
+if connection is None:
+    print("skipped: no plane (see above)")
+else:
+    plane_runs = frames.plane_runs(connection)
+    local_threads = set(frames.threads(store).thread_id)
+    missing = plane_runs[~plane_runs.thread_id.isin(local_threads)]
+    print(f"the plane holds {plane_runs.thread_id.nunique()} threads; {missing.thread_id.nunique()} are missing from this store")
+    project = connection.plane_identity.get("project_id") or "?"
+    bundle.chart(plots.run_health(plane_runs, source=f"plane, project {project}"), "plane_run_health", charts)
+    display(missing[["thread_id", "run_id", "runner", "status", "reason", "steps", "ended_at"]])
 """),
     md("""
 ## The restore plan (nothing written yet)
@@ -364,12 +423,15 @@ declared (`deadline_source`: `declared`), or the thread's waiting horizon from a
 not carry deadlines.
 """),
     code("""
-if thread_id is None:
-    waiting = missing[missing.status.astype(str).isin(["parked", "interrupted", "last step done"])]
-    thread_id = (waiting if len(waiting) else missing).thread_id.iloc[0]
-plan = restore.plan_restore(store, thread_id, connection)
-print(f"restore {thread_id}: {len(plan.checkpoints)} checkpoints from the plane's {plan.source}; park: {plan.park is not None}; refusal: {plan.refusal}")
-plan.to_frame()
+if connection is None:
+    print("skipped: no plane (see above)")
+else:
+    if thread_id is None:
+        waiting = missing[missing.status.astype(str).isin(["parked", "interrupted", "last step done"])]
+        thread_id = (waiting if len(waiting) else missing).thread_id.iloc[0]
+    plan = restore.plan_restore(store, thread_id, connection)
+    print(f"restore {thread_id}: {len(plan.checkpoints)} checkpoints from the plane's {plan.source}; park: {plan.park is not None}; refusal: {plan.refusal}")
+    display(plan.to_frame())
 """),
     md("""
 ## Apply it, then resume the run
@@ -379,17 +441,20 @@ already replicated, so they are never sent back to the plane. Then the runner co
 run: a parked run with its answer, a failed one from its last real step.
 """),
     code("""
-if plan.refusal is None:
-    result = restore.apply_restore(store, plan)
-    print(f"restored {len(result.checkpoints)} checkpoints; park: {result.park}")
+if connection is None:
+    print("skipped: no plane (see above)")
 else:
-    print(f"not restored: {plan.refusal}")
-run = load_runner(runner)
-latest = store.latest(thread_id)
-answer = resume_value if latest is not None and latest.status == "interrupted" else NO_VALUE
-resumed = run.resume(store, thread_id, answer)
-print(f"resumed {thread_id}: {resumed.status} at {resumed.last_step}")
-frames.checkpoints(store, thread_id=thread_id)[["seq", "run_id", "node_id", "step_type", "status", "created_at", "synced"]]
+    if plan.refusal is None:
+        result = restore.apply_restore(store, plan)
+        print(f"restored {len(result.checkpoints)} checkpoints; park: {result.park}")
+    else:
+        print(f"not restored: {plan.refusal}")
+    run = load_runner(runner)
+    latest = store.latest(thread_id)
+    answer = resume_value if latest is not None and latest.status == "interrupted" else NO_VALUE
+    resumed = run.resume(store, thread_id, answer)
+    print(f"resumed {thread_id}: {resumed.status} at {resumed.last_step}")
+    display(frames.checkpoints(store, thread_id=thread_id)[["seq", "run_id", "node_id", "step_type", "status", "created_at", "synced"]])
 """),
     md("""
 ## Restore another one from here
@@ -403,13 +468,16 @@ import json
 
 from durability.widgets import RestorePanel
 
-panel = RestorePanel(store, connection, runner=runner)
-panel.resume_value.value = json.dumps(resume_value)
-others = [t for t in missing.thread_id.unique() if t != thread_id]
-if others:  # the next lost thread, planned already: press Restore to apply the plan
-    panel.thread_id.value = others[0]
-    panel.make_plan()
-panel.widget
+if connection is None:
+    print("skipped: no plane (see above)")
+else:
+    panel = RestorePanel(store, connection, runner=runner)
+    panel.resume_value.value = json.dumps(resume_value)
+    others = [t for t in missing.thread_id.unique() if t != thread_id]
+    if others:  # the next lost thread, planned already: press Restore to apply the plan
+        panel.thread_id.value = others[0]
+        panel.make_plan()
+    display(panel.widget)
 """),
 ]
 

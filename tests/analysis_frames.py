@@ -41,6 +41,7 @@ def thread(
     max_idle_gap: timedelta | None = None,
     park_deadline: datetime | None = None,
     lease_expires_at: datetime | None = None,
+    unreplicated: int = 0,
 ) -> dict[str, Any]:
     """One row of the threads frame (the columns the analysis reads, the rest plausible)."""
     return {
@@ -62,6 +63,7 @@ def thread(
         "lease_expires_at": lease_expires_at,
         "parked": park_deadline is not None,
         "park_deadline": park_deadline,
+        "unreplicated": unreplicated,
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,18 @@ def make_target(provider: str, tmp_path: Path) -> Iterator[StoreTarget]:
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreTarget]:
     """A fresh store location on each provider."""
     yield from make_target(request.param, tmp_path)
+
+
+#: The end of the replicated demo fleet (fixture ``replicated_demo``).
+REPLICATED_DEMO_END = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def replicated_demo(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The URL of the fleet `durability demo` builds (SQLite, ending at
+    :data:`REPLICATED_DEMO_END`), replicated to its plane: synced, pending and quarantined rows,
+    a recorded connection. The plane is stopped; the store is shared, so do not write to it."""
+    from durability.demo import build_fleet
+
+    with build_fleet(tmp_path_factory.mktemp("replicated-demo"), end=REPLICATED_DEMO_END) as fleet:
+        return fleet.store_url

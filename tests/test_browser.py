@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -256,24 +257,37 @@ def test_explore_store_runs_in_jupyterlab(browser: Any, lab: Lab) -> None:
     assert opened.errors == []
 
 
+def _deletes(summary: str) -> int:
+    """The thread count of the planner's summary ("… would delete 38 of 51 threads …")."""
+    found = re.search(r"would delete ([\d,]+) of", summary)
+    assert found, summary
+    return int(found.group(1).replace(",", ""))
+
+
 def test_moving_the_retention_slider_changes_the_summary(browser: Any, lab: Lab) -> None:
-    """The planner's waiting slider, moved with the keyboard, changes the summary it shows."""
+    """The planner's waiting slider, moved from 30 to 7 days with the keyboard: once the kernel
+    has answered every move (the summary names 7d, the kernel is idle) the sweep deletes more."""
     opened = _open_and_run_all(browser, lab, "plan_retention.ipynb")
     page = opened.page
     summary = page.locator(".durability-retention-summary").first
     summary.wait_for()
     before = summary.inner_text()
+    assert "with waiting 30d /" in before, before
     handle = page.locator(".durability-retention-waiting .noUi-handle").first
     handle.scroll_into_view_if_needed()
     handle.focus()
     for _ in range(23):  # 23 days shorter: past the idle gaps of the demo's conversations
         page.keyboard.press("ArrowLeft")
     page.wait_for_function(
-        "([sel, before]) => document.querySelector(sel).innerText !== before",
-        arg=[".durability-retention-summary", before],
-        timeout=30_000,
+        "sel => document.querySelector(sel).innerText.includes('with waiting 7d /')",
+        arg=".durability-retention-summary",
+        timeout=60_000,
     )
-    assert summary.inner_text() != before
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=60_000)
+    after = summary.inner_text()
+    assert "with waiting 7d /" in after, after
+    assert _deletes(after) > _deletes(before), (before, after)
+    summary.scroll_into_view_if_needed()
     _screenshot(page, "plan_retention.ipynb")
     assert opened.errors == []
 

@@ -112,13 +112,15 @@ def test_demo_command_reports_runs(tmp_path: Path) -> None:
     assert data["notebooks"] == []
 
 
-def test_report_writes_the_charts_and_tables_as_a_static_page(tmp_path: Path) -> None:
-    """`durability report URL --out DIR`: index.html with the sections, every chart a PNG beside it."""
-    with build_fleet(tmp_path / "out", end=END) as fleet:
-        store_url = fleet.store_url
+def test_report_writes_the_charts_and_tables_as_a_static_page(
+    replicated_demo: str, tmp_path: Path
+) -> None:
+    """`durability report URL --out DIR`: index.html with the sections (failed runs by reason,
+    how to release quarantined rows, a simulated plane outage), every chart a PNG beside it."""
     out = tmp_path / "report"
+    outage = ["--outage-length", "3d", "--drain-rate", "0.01"]
     result = CliRunner().invoke(
-        cli, ["report", store_url, "--out", str(out), "--now", END.isoformat()]
+        cli, ["report", replicated_demo, "--out", str(out), "--now", END.isoformat(), *outage]
     )
     assert result.exit_code == 0, result.output
     page = (out / "index.html").read_text()
@@ -127,10 +129,21 @@ def test_report_writes_the_charts_and_tables_as_a_static_page(tmp_path: Path) ->
     assert "plane rejected: state_snapshot is" in page, (
         "the quarantined rows with the plane's reason"
     )
+    assert "failed runs by reason" in page
+    assert "<td>cancelled</td>" in page
+    assert "durability outbox release" in page
+    assert "a 3d outage from " in page
     images = sorted(p.name for p in out.glob("*.png"))
     assert images == sorted(
         f"{n}.png"
-        for n in ("run_health", "backlog", "retention_curve", "idle_gaps", "sweep_timeline")
+        for n in (
+            "run_health",
+            "backlog",
+            "outage_backlog",
+            "retention_curve",
+            "idle_gaps",
+            "sweep_timeline",
+        )
     )
     for name in images:
         assert f'src="{name}"' in page

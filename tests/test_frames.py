@@ -21,7 +21,7 @@ import runner_defs
 from durability import codec, frames
 from durability.clock import FrozenClock
 from durability.model import Checkpoint
-from durability.runs import RunContext, Runner, read_thread
+from durability.runs import RunContext, RunControl, Runner, list_runs, read_thread
 from durability.stores.base import Store
 from durability.testing import StoreTarget
 
@@ -237,6 +237,29 @@ def test_threads_frame_totals_gaps_ledger_and_parks(fleet: Fleet) -> None:
     assert frame["parked"].sum() == (1 if fleet.parked else 0)
 
 
+def test_threads_frame_counts_the_rows_the_plane_lacks_as_the_sweep_does(fleet: Fleet) -> None:
+    """`unreplicated`: per thread, its pending and quarantined rows once the store replicates
+    (a connection recorded), the counts the sweep's replication filter spares threads by."""
+    before = frames.threads(fleet.store)
+    assert (before["unreplicated"] == 0).all(), "no connection recorded: nothing to spare"
+    if not fleet.replicates:
+        return
+    fleet.store.record_connection("", "http://plane.invalid")
+    frame = frames.threads(fleet.store).set_index("thread_id")
+    expected = {
+        thread_id: sum(
+            1
+            for cp in read_thread(fleet.store, thread_id)
+            if fleet.left_outbox(cp) is None or (cp.thread_id, cp.seq) == fleet.quarantined
+        )
+        for thread_id in fleet.threads()
+    }
+    assert frame["unreplicated"].to_dict() == expected
+    assert expected[fleet.completed.thread_id] == 0, "the plane took every row of it"
+    assert expected[fleet.failed.thread_id] == len(read_thread(fleet.store, fleet.failed.thread_id))
+    assert {t: n for t, n in expected.items() if n} == fleet.store.unreplicated()
+
+
 def test_threads_and_runs_mid_run_show_the_lease(fleet: Fleet) -> None:
     """While a run holds its lease, threads shows the holder and runs shows it running."""
     thread_id = fleet.snapshots["thread_id"]
@@ -282,6 +305,43 @@ def test_runs_frame_is_run_health(fleet: Fleet) -> None:
         assert parked["ended_at"] is pd.NaT
         assert parked["duration"] is pd.NaT
     assert len(frame) == len(fleet.threads())
+
+
+def test_runs_frame_reason_tells_the_failed_runs_apart(target: StoreTarget) -> None:
+    """Stopped, aborted, timed-out and erroring runs all read `failed`; `reason` says which
+    (as the run end and `durability runs` record it) and `error` holds only the exception."""
+    clock = FrozenClock(T0)
+    stop, abort = RunControl(), RunControl()
+
+    def stops(state: Any, ctx: RunContext) -> Any:
+        stop.stop()
+        return state
+
+    def aborts(state: Any, ctx: RunContext) -> Any:
+        abort.abort()
+        return state
+
+    with target.open(clock=clock) as store:
+        then = [wait("then", clock, 1)]
+        runs = {
+            "cancelled": Runner("stops", [stops, *then]).start(store, {}, control=stop),
+            "aborted": Runner("aborts", [aborts, *then]).start(store, {}, control=abort),
+            "timeout": Runner(
+                "slow", [wait("a", clock, 2), *then], timeout=timedelta(hours=1)
+            ).start(store, {}),
+            "error": Runner("fails", [explode]).start(store, {}),
+            None: Runner("steps", then).start(store, {}),
+        }
+        frame = frames.runs(store)
+        recorded = {r.run_id: r.reason for r in list_runs(store)}
+    assert_columns(frame, "runs")
+    by_run = frame.set_index("run_id")
+    for reason, result in runs.items():
+        row = by_run.loc[result.run_id]
+        assert row["status"] == ("completed" if reason is None else "failed")
+        assert (None if row["reason"] is pd.NA else row["reason"]) == reason
+        assert recorded[result.run_id] == reason
+        assert (row["error"] is pd.NA) == (reason != "error")
 
 
 def test_parks_frame_time_left_on_an_injected_clock(fleet: Fleet) -> None:
@@ -487,6 +547,7 @@ def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]
         assert_columns(frames.runs(store), "runs")
         assert run.loc["exec-failed", "status"] == "failed"
         assert "payment gateway down" in run.loc["exec-failed", "error"]
+        assert run.loc["exec-failed", "reason"] is pd.NA, "the SDK records no reason for an error"
         assert run.loc["exec-resumed", "status"] == "completed"
         assert run.loc["exec-paused", "status"] == "parked"
 
@@ -570,7 +631,7 @@ def test_plane_runs_read_the_same_run_health_from_the_plane(tmp_path: Any, plane
             remote = frames.plane_runs(conn)
             assert_columns(remote, "runs")
             columns = ["run_id", "thread_id", "runner", "status", "started_at", "ended_at"]
-            columns += ["steps", "duration", "error"]
+            columns += ["steps", "duration", "reason", "error"]
             key = ["thread_id", "run_id"]
             assert remote[columns].sort_values(key, ignore_index=True).astype(object).to_dict(
                 "records"

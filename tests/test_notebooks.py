@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +32,7 @@ from durability.settings import Settings
 from durability.sweep import plan_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MACHINE_PATH = re.compile(r"(/home/|/Users/|/work/|/tmp/|/root/|[A-Za-z]:\\\\)")
 
@@ -108,9 +111,25 @@ class Fleet:
     foreign_url: str | None = None
 
 
+def _fastaiagent_store(tmp_path: Path) -> str:
+    """The URL of a local.db the real fastaiagent SDK wrote (a paused, a resumed and a failed
+    execution), for the explore notebook's foreign-store section."""
+    db = tmp_path / "fastaiagent" / "local.db"
+    db.parent.mkdir()
+    subprocess.run(
+        [sys.executable, str(HERE / "fastaiagent_runs.py"), "sqlite", str(db)],
+        cwd=db.parent,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return f"fastaiagent+sqlite:///{db}"
+
+
 def _provider_fleet(provider: str, tmp_path: Path, plane: Any) -> Iterator[Fleet]:
     """The demo fleet on Postgres or Redis, replicated to the test plane; an edge store whose
-    runs reached the plane, then a fresh store on the same provider to restore them into."""
+    runs reached the plane, then a fresh store on the same provider to restore them into; and
+    a store the fastaiagent SDK wrote as the foreign one (the SQLite fleet has LangGraph's)."""
     main_target = make_target(provider, tmp_path / "main")
     edge_target = make_target(provider, tmp_path / "edge")
     fresh_target = make_target(provider, tmp_path / "fresh")
@@ -134,6 +153,7 @@ def _provider_fleet(provider: str, tmp_path: Path, plane: Any) -> Iterator[Fleet
             plane.url,
             {KEY_ENV["main"]: main_key, KEY_ENV["edge"]: edge_key},
             sorted(threads.values()),
+            _fastaiagent_store(tmp_path),
         )
     finally:
         for gen in (main_target, edge_target, fresh_target):
@@ -195,7 +215,21 @@ def test_every_notebook_runs_on_every_provider(fleet: Fleet, tmp_path: Path) -> 
     text = _text(explore)
     assert f"{threads} threads, " in text
     assert "the plane holds " in text
-    assert _pngs(explore) >= 2, "run health and backlog charts"
+    assert "cancelled" in text, "the failed runs by reason"
+    assert re.search(r"a 2d outage from .*: up to \d+ rows waiting", text), text[-3000:]
+    assert _pngs(explore) >= 3, "run health, backlog and outage backlog charts"
+    buttons = [
+        m["state"].get("description")
+        for m in explore.metadata["widgets"]["application/vnd.jupyter.widget-state+json"][
+            "state"
+        ].values()
+    ]
+    assert "Release quarantined rows" in buttons, "the outbox monitor"
+    if fleet.foreign_url is not None:  # LangGraph's (the langgraph extra) or fastaiagent's
+        with durability.open(fleet.foreign_url) as foreign:
+            foreign_threads = len(list(foreign.iter_threads()))
+        assert foreign_threads > 0
+        assert f"{foreign_threads} threads (read-only)" in text, "the foreign section"
 
     retention = _run("plan_retention.ipynb", fleet, tmp_path, store_url=fleet.store_url, now=NOW)
     text = _text(retention)
@@ -220,5 +254,31 @@ def test_every_notebook_runs_on_every_provider(fleet: Fleet, tmp_path: Path) -> 
     assert latest is not None
     assert latest.step_type == "run_end"
     assert latest.status == "completed"
-    for name in ("run_health", "backlog", "retention_curve", "idle_gaps", "sweep_timeline"):
+    charts = ("run_health", "backlog", "outage_backlog", "retention_curve", "idle_gaps")
+    for name in (*charts, "sweep_timeline", "plane_run_health"):
         assert (tmp_path / "charts" / f"{name}.png").stat().st_size > 1000, name
+
+
+@pytest.mark.slow
+def test_every_notebook_runs_on_its_defaults_after_the_demo(tmp_path: Path) -> None:
+    """With the demo in `durability-out/` and its plane stopped, each notebook runs top to bottom
+    on its default parameters from a `notebooks/` folder beside it; restore_runs, given no plane,
+    says how to start one and skips its restore sections without failing."""
+    with build_fleet(tmp_path / "durability-out", end=END):
+        pass  # the demo's plane stops here, as after `durability demo`
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    texts = {}
+    for name in bundle.NOTEBOOK_NAMES:
+        result = bundle.execute(bundle.notebook(name), {}, tmp_path / "executed", cwd=folder)
+        nb = nbformat.read(result.path, as_version=4)
+        _all_ran(nb)
+        texts[name] = _text(nb)
+    restore_text = texts["restore_runs.ipynb"]
+    assert "no plane_url: a restore reads the plane" in restore_text
+    assert "durability lab" in restore_text
+    assert "durability plane serve" in restore_text
+    assert restore_text.count("skipped: no plane (see above)") == 4
+    assert "no plane_url: set it" in texts["explore_store.ipynb"]
+    assert "the next sweep deletes " in texts["plan_retention.ipynb"]
+    assert (tmp_path / "durability-out" / "charts" / "retention_curve.png").exists()

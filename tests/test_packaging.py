@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
+from click.testing import CliRunner
 
 import durability
+from durability import bundle
+from durability.cli import cli
+from durability.errors import NotebookError
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ["pandas", "matplotlib", "ipywidgets", "sqlalchemy", "redis", "httpx", "numpy", "starlette"]
@@ -65,3 +72,56 @@ def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
     assert listed == wanted, (
         f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
     )
+
+
+# ---------------------------------------------------------------------------- notebooks in the wheel
+
+
+def test_the_wheel_ships_the_notebooks_and_an_installed_copy_finds_them(tmp_path: Path) -> None:
+    """The wheel holds the top-level notebooks/ as durability/notebooks/*.ipynb, and the bundle
+    imported from the unpacked wheel (not the checkout) finds them there."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(dist)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = dist.glob("*.whl")
+    site = tmp_path / "site-packages"
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {name for name in zf.namelist() if name.endswith(".ipynb")}
+        zf.extractall(site)
+    assert shipped == {f"durability/notebooks/{name}" for name in bundle.NOTEBOOK_NAMES}
+    code = (
+        f"import sys; sys.path.insert(0, {str(site)!r}); import json, durability; "
+        "from durability import bundle; print(json.dumps([durability.__file__, "
+        "str(bundle.NOTEBOOKS), [str(bundle.notebook(n)) for n in bundle.NOTEBOOK_NAMES], "
+        "bundle.source_root()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    module, folder, found, source = json.loads(out.stdout)
+    assert Path(module).is_relative_to(site)
+    assert Path(folder) == site / "durability" / "notebooks"
+    assert [Path(p).name for p in found] == list(bundle.NOTEBOOK_NAMES)
+    assert source is None
+
+
+def test_a_missing_notebook_is_a_notebook_error_and_the_demo_stops_before_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An install without its notebooks fails with NotebookError naming the folder, not with
+    FileNotFoundError; `durability demo` says so in one line before it builds anything."""
+    empty = tmp_path / "no-notebooks"
+    empty.mkdir()
+    with pytest.raises(NotebookError, match=r"cannot find the notebook explore_store\.ipynb"):
+        bundle.notebook("explore_store.ipynb", empty)
+    with pytest.raises(NotebookError, match="installed without its notebooks"):
+        bundle.execute(empty / "plan_retention.ipynb", {}, tmp_path / "executed")
+    monkeypatch.setattr(bundle, "NOTEBOOKS", empty)
+    result = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "cannot find the notebook explore_store.ipynb" in result.output
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,11 @@ from analysis_frames import (
     thread,
     threads_frame,
 )
+from conftest import REPLICATED_DEMO_END
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 import durability
 from durability import frames, plots
@@ -97,11 +102,17 @@ def test_backlog_has_two_panels_with_units_and_renders() -> None:
     assert png(fig).startswith(b"\x89PNG")
 
 
+def legend_texts(fig: Figure) -> list[list[str]]:
+    """The texts of each legend of the figure (figure legends: outside the axes)."""
+    return [[t.get_text() for t in legend.get_texts()] for legend in fig.legends]
+
+
 def test_a_simulated_outage_is_shaded_on_the_backlog() -> None:
     created = [T0 + timedelta(minutes=i) for i in range(120)]
     frame = outage_backlog(checkpoints_frame(created), T0 + timedelta(minutes=30), "30m")
     fig = plots.backlog(frame)
     assert "plane outage" in [p.get_label() for p in fig.axes[0].patches]
+    assert legend_texts(fig) == [["plane outage"]], "beside the chart, not on the drain curve"
     assert max(fig.axes[0].get_lines()[0].get_ydata()) == 30
     assert plots.backlog(backlog_frame([])).get_suptitle() == "Outbox backlog"
 
@@ -124,6 +135,18 @@ def test_retention_curve_marks_the_current_setting_and_follows_the_data(threads:
     assert png(fig).startswith(b"\x89PNG")
 
 
+def test_the_bytes_panel_reads_in_the_unit_of_the_values_plotted() -> None:
+    """A store of 8 MiB of which a few KiB are kept reads in KiB, not in 0.005 MiB."""
+    old = [thread("big", newest_at=T0 - DAY * 90, size=8 * 1024 * 1024)]
+    recent = [thread(f"t{i}", newest_at=T0 - DAY, size=2048) for i in range(3)]
+    fig = plots.retention_curve(threads_frame(old + recent), [7, 30], now=T0)
+    bytes_panel = fig.axes[1]
+    assert bytes_panel.get_title() == "Bytes kept (of 8.01 MiB)"
+    assert bytes_panel.get_ylabel() == "bytes kept (KiB)"
+    assert list(bytes_panel.get_lines()[0].get_ydata()) == [6.0, 6.0]
+    assert bytes_panel.get_ylim()[1] > 6.0, "the highest point is not on the frame"
+
+
 def test_idle_gaps_draws_the_horizon_where_asked(threads: object) -> None:
     fig = plots.idle_gaps(threads, timedelta(days=2))
     ax = fig.axes[0]
@@ -144,7 +167,8 @@ def test_sweep_timeline_has_a_line_per_policy_and_bars_per_horizon(threads: obje
     fig = plots.sweep_timeline(frame)
     top, bottom = fig.axes
     assert len(top.get_lines()) == 3
-    assert [t.get_text() for t in top.get_legend().get_texts()] == [p.label for p in policies]
+    assert legend_texts(fig) == [[p.label for p in policies], ["finished", "waiting"]]
+    assert top.get_legend() is None, "the legends sit outside the axes"
     assert bottom.get_title() == f"Threads deleted per day by horizon: {policies[0].label}"
     assert bottom.get_xlabel() == "sweep day (UTC)"
     heights = [p.get_height() for p in bottom.patches]
@@ -154,6 +178,35 @@ def test_sweep_timeline_has_a_line_per_policy_and_bars_per_horizon(threads: obje
     with pytest.raises(ValueError, match="pass one of those labels"):
         plots.sweep_timeline(frame, policy="nope")
     assert png(fig).startswith(b"\x89PNG")
+
+
+def test_many_policies_keep_their_legend_and_distinct_colours(threads: object) -> None:
+    """Twenty policies: every one is in the legend (outside the axes), no colour repeats, and
+    the policy of the bars is drawn thicker."""
+    policies = [Policy(DAY * w, DAY) for w in range(1, 21)]
+    fig = plots.sweep_timeline(daily(threads, policies, T0, 30), policy=policies[4].label)
+    lines = fig.axes[0].get_lines()
+    assert legend_texts(fig)[0] == [p.label for p in policies]
+    assert len({tuple(line.get_color()) for line in lines}) == 20
+    widths = [line.get_linewidth() for line in lines]
+    assert widths[4] == max(widths) > widths[0]
+
+
+def test_a_dominant_first_sweep_is_cut_and_labelled_or_drawn_on_a_log_axis() -> None:
+    """A first-day bar of 40 beside later ones of 1 would flatten them: it is cut at the axis
+    top with its count written on it; `log=True` keeps every bar on a symmetric log axis."""
+    rows = [thread(f"old{i}", newest_at=T0 - DAY * 60) for i in range(40)]
+    rows += [thread(f"new{i}", newest_at=T0 - DAY * 28 + DAY * i) for i in range(3)]
+    frame = daily(threads_frame(rows), Policy(DAY * 30, DAY), T0, 10)
+    fig = plots.sweep_timeline(frame)
+    bars = fig.axes[1]
+    assert bars.get_ylim()[1] == 2.0
+    assert texts(fig) == ["first sweep: 40 (bar cut)"]
+    log = plots.sweep_timeline(frame, log=True).axes[1]
+    assert log.get_yscale() == "symlog"
+    assert log.get_ylim()[1] >= 40
+    even = daily(threads_frame(rows[38:]), Policy(DAY * 30, DAY), T0, 10)
+    assert texts(plots.sweep_timeline(even)) == [], "a first day of 2 beside 1s is not cut"
 
 
 def test_run_health_counts_runs_by_status() -> None:
@@ -178,8 +231,10 @@ def test_run_health_counts_runs_by_status() -> None:
     assert bottom.get_ylabel() == "runner"
     assert sum(p.get_height() for p in top.patches) == 12
     assert sum(p.get_width() for p in bottom.patches) == 12
-    assert [t.get_text() for t in top.get_legend().get_texts()] == ["completed", "failed", "parked"]
+    assert legend_texts(fig) == [["completed", "failed", "parked"]]
     assert png(fig).startswith(b"\x89PNG")
+    plane = plots.run_health(runs_frame(rows), source="plane, project edge")
+    assert plane.get_suptitle() == "Run health (plane, project edge)"
 
 
 @pytest.mark.parametrize(
@@ -228,7 +283,127 @@ def test_every_chart_draws_a_real_store(tmp_path: Path) -> None:
     }
     for name, fig in figures.items():
         assert plots.NO_DATA not in texts(fig), name
-    legend = figures["run_health"].axes[0].get_legend()
-    assert {t.get_text() for t in legend.get_texts()} == set(runs["status"].astype(str))
+    assert set(legend_texts(figures["run_health"])[0]) == set(runs["status"].astype(str))
     assert sum(p.get_height() for p in figures["run_health"].axes[0].patches) == len(runs)
     assert png(figures["run_health"]).startswith(b"\x89PNG")
+
+
+# ---------------------------------------------------------------------------- readable layout
+
+
+def text_boxes(fig: Figure) -> list[tuple[str, Bbox]]:
+    """Every visible text of the drawn figure with its box on the canvas: titles, axis labels,
+    tick labels within the view, offset texts, annotations, legend titles and entries."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    found: list[Text] = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        found += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        found += [ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text()]
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            low, high = min(lo, hi), max(lo, hi)
+            span = (high - low) * 1e-9
+            for tick in axis.get_major_ticks():
+                if low - span <= tick.get_loc() <= high + span:
+                    found += [tick.label1, tick.label2]
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]:
+        found += [legend.get_title(), *legend.get_texts()]
+    return [
+        (t.get_text(), t.get_window_extent(renderer))
+        for t in found
+        if t.get_visible() and t.get_text().strip()
+    ]
+
+
+def overlapping(boxes: list[tuple[str, Bbox]]) -> list[tuple[str, str]]:
+    """Pairs of texts whose boxes share more than a pixel in both directions."""
+    clashes = []
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        width = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+        height = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+        if width > 1 and height > 1:
+            clashes.append((a, b))
+    return clashes
+
+
+def covered_by_legends(fig: Figure) -> list[str]:
+    """The lines and bars some legend of the drawn figure lies on."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    covered = []
+    for legend, ax in itertools.product(legends, fig.axes):
+        box = legend.get_window_extent(renderer)
+        for line in ax.get_lines():
+            path = line.get_transform().transform_path(line.get_path())
+            if path.intersects_bbox(box, filled=False):
+                covered.append(f"line {line.get_label()!r} of {ax.get_title()!r}")
+        for bar in ax.containers:
+            if any(p.get_window_extent(renderer).overlaps(box) for p in bar.patches):
+                covered.append(f"bars of {ax.get_title()!r}")
+    return covered
+
+
+@pytest.fixture(scope="module")
+def demo_charts(replicated_demo: str) -> dict[str, Figure]:
+    """Every chart the notebooks and the report draw, on the replicated demo fleet, plus the
+    hard cases: twenty policies, a log axis, a simulated outage, the plane's run health."""
+    now = REPLICATED_DEMO_END
+    with durability.open(replicated_demo) as store:
+        threads = frames.threads(store, now)
+        runs = frames.runs(store)
+        checkpoints = frames.checkpoints(store)
+        backlog = frames.backlog(store, freq="6h", end=now)
+    settings, proposed = Settings(), Policy("7d", "2d")
+    many = [Policy(DAY * w, DAY * min(w, f)) for w in (1, 3, 7, 14, 30) for f in (1, 2, 7, 14)]
+    outage = outage_backlog(checkpoints, now - timedelta(days=20), "2d", drain_rate=0.0005)
+    return {
+        "backlog": plots.backlog(backlog),
+        "outage_backlog": plots.backlog(outage),
+        "retention_curve": plots.retention_curve(
+            threads, [1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60], settings, now=now
+        ),
+        "idle_gaps": plots.idle_gaps(threads, "7d"),
+        "sweep_timeline": plots.sweep_timeline(daily(threads, [settings, proposed], now, 28)),
+        "sweep_timeline_many": plots.sweep_timeline(daily(threads, many, now, 90)),
+        "sweep_timeline_log": plots.sweep_timeline(daily(threads, settings, now, 28), log=True),
+        "run_health": plots.run_health(runs),
+        "plane_run_health": plots.run_health(runs, source="plane, project main"),
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "backlog",
+        "outage_backlog",
+        "retention_curve",
+        "idle_gaps",
+        "sweep_timeline",
+        "sweep_timeline_many",
+        "sweep_timeline_log",
+        "run_health",
+        "plane_run_health",
+    ],
+)
+def test_no_two_texts_of_a_chart_overlap(demo_charts: dict[str, Figure], name: str) -> None:
+    """Drawn on the demo, no tick label, axis label, title, annotation or legend text of a
+    chart covers another, and no legend lies on a line or a bar."""
+    fig = demo_charts[name]
+    boxes = text_boxes(fig)
+    assert len(boxes) > 10
+    assert overlapping(boxes) == []
+    assert covered_by_legends(fig) == []
+
+
+def test_the_layout_checks_see_a_clash() -> None:
+    """The checks above find a legend put on a curve and a title put on a tick label."""
+    fig = plots.Chart(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="rising")
+    ax.legend(loc="center")
+    ax.text(0, 0, "0.0 clash", transform=ax.transData, ha="right", va="top")
+    assert covered_by_legends(fig) == ["line 'rising' of ''"]
+    assert overlapping(text_boxes(fig)) != []

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_frames import checkpoints_frame, parks_frame, thread, threads_frame
+from conftest import REPLICATED_DEMO_END
 
 import durability
 from durability import frames
@@ -21,6 +22,7 @@ from durability.simulate import (
     DAILY_COLUMNS,
     Policy,
     daily,
+    describe_outage,
     kept,
     lost_conversations,
     outage_backlog,
@@ -271,6 +273,10 @@ def test_an_outage_queues_every_row_then_a_fast_drain_empties_it_at_once() -> No
     assert frame.attrs["peak_pending"] == 60
     assert frame.attrs["cleared_at"] == pd.Timestamp(T0 + minutes(120))
     assert list(frame.columns) == ["time", "pending", "oldest_pending_age"]
+    assert describe_outage(frame) == (
+        "a 1h outage from 2026-06-01 01:00 UTC: up to 60 rows waiting, the oldest 59m old; "
+        "the outbox is empty again at 2026-06-01 02:00 UTC"
+    )
 
 
 def test_a_drain_rate_sets_how_long_the_backlog_takes_to_clear() -> None:
@@ -287,6 +293,7 @@ def test_a_drain_rate_sets_how_long_the_backlog_takes_to_clear() -> None:
 def test_an_outage_with_no_writes_has_no_backlog() -> None:
     frame = outage_backlog(checkpoints_frame([T0 - DAY]), T0, "2h")
     assert frame["pending"].max() == 0
+    assert "up to 0 rows waiting, the oldest - old" in describe_outage(frame)
     assert frame.attrs["cleared_at"] == pd.Timestamp(T0 + timedelta(hours=2))
     with pytest.raises(ConfigError, match="positive rate"):
         outage_backlog(checkpoints_frame([T0]), T0, "1h", drain_rate=0)
@@ -318,3 +325,44 @@ def test_the_current_policy_deletes_what_plan_sweep_deletes_on_a_real_store(
         assert going["finished"]["threads"] > 0
     if after > timedelta(days=30):  # the conversations and parked runs idle past 30 days
         assert going["waiting"]["threads"] > 0
+
+
+@pytest.mark.parametrize("after", [timedelta(0), timedelta(days=10), timedelta(days=40)])
+def test_on_a_replicated_fleet_the_first_day_deletes_what_plan_sweep_deletes(
+    replicated_demo: str, after: timedelta
+) -> None:
+    """On the demo replicated to its plane, threads holding rows the plane lacks (pending or
+    quarantined) are spared as the sweep's replication filter spares them: the first simulated
+    day deletes the plan's threads and bytes, per horizon, and those threads never go."""
+    settings = Settings()
+    now = REPLICATED_DEMO_END + after
+    with durability.open(replicated_demo) as store:
+        plan = plan_sweep(store, settings, now)
+        threads = frames.threads(store, now)
+    rows = plan.to_frame()
+    summary = plan.summary()
+    by_replication = rows[(rows.action == "spared") & (rows.owner == "replication")]
+    assert len(by_replication), "the demo holds due threads the plane lacks rows of"
+    lacking = threads.set_index("thread_id").loc[by_replication.thread_id, "unreplicated"]
+    assert (lacking > 0).all()
+    days = daily(threads, settings, now, 90)
+    first = days.iloc[0]
+    assert first["deleted_threads"] == summary["total_delete"]["threads"]
+    assert first["deleted_bytes"] == summary["total_delete"]["size_bytes"]
+    assert first["deleted_finished_threads"] == summary["delete"]["finished"]["threads"]
+    assert first["deleted_waiting_threads"] == summary["delete"]["waiting"]["threads"]
+    unreplicated = threads[threads.unreplicated > 0]
+    assert days["remaining_threads"].iloc[-1] >= len(unreplicated)
+    assert days["remaining_bytes"].iloc[-1] >= unreplicated["size_bytes"].sum()
+
+
+def test_a_thread_the_plane_lacks_rows_of_is_never_deleted() -> None:
+    """Nothing drains in a simulation: `unreplicated > 0` spares a thread for the whole window,
+    whatever the policy; the same thread without them goes on its due day."""
+    rows = [
+        thread("kept", newest_at=T0 - 40 * DAY, unreplicated=2),
+        thread("gone", newest_at=T0 - 40 * DAY),
+    ]
+    frame = daily(threads_frame(rows), [Policy("1d", "1d"), Policy("30d", "7d")], T0, 60)
+    assert frame.groupby("policy")["deleted_threads"].sum().tolist() == [1, 1]
+    assert (frame.groupby("policy")["remaining_threads"].last() == 1).all()

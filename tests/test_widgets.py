@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 import runner_defs
+from conftest import REPLICATED_DEMO_END
 from plane_support import PlaneHandle, fast_backoff
 
 import durability
-from durability import frames
+from durability import frames, plots
 from durability.clock import FrozenClock
 from durability.demo import DEMO_START, build_demo
 from durability.replication import Connection, connect, disconnect
@@ -106,6 +107,33 @@ def test_planner_now_and_finished_controls(demo: Store) -> None:
     assert planner.frame[["thread_id", "action"]].equals(plan_rows)
     assert planner.daily["deleted_finished_threads"].tolist() != simulated
     assert planner.plan.settings.finished_retention == timedelta(days=1)
+
+
+def test_on_a_replicated_fleet_the_planner_chart_and_curve_agree_with_the_plan(
+    replicated_demo: str,
+) -> None:
+    """On the demo replicated to its plane (threads holding rows the plane lacks are spared),
+    the planner's first simulated day, its summary and the retention curve's point at the
+    waiting value all say what plan_sweep says, before and after the slider moves."""
+    with durability.open(replicated_demo) as store:
+        planner = RetentionPlanner(store, Settings(), REPLICATED_DEMO_END)
+        for waiting in (30, 7):
+            planner.waiting.value = waiting
+            assert planner.plan is not None
+            total = planner.plan.summary()["total_delete"]
+            spared = planner.frame[planner.frame["owner"] == "replication"]
+            assert len(spared), "the plan spares threads the plane lacks rows of"
+            first = planner.daily[planner.daily["policy"] == planner.policy.label].iloc[0]
+            assert (first["deleted_threads"], first["deleted_bytes"]) == (
+                total["threads"],
+                total["size_bytes"],
+            )
+            assert f"would delete <b>{total['threads']:,}</b>" in planner.summary.value
+            curve = plots.retention_curve(
+                planner.threads_frame, [waiting], planner.policy, now=planner.when
+            )
+            kept = curve.axes[0].get_lines()[0].get_ydata()[0]
+            assert kept == len(planner.frame) - total["threads"]
 
 
 # ---------------------------------------------------------------------------- store explorer

@@ -41,10 +41,14 @@ def demo(out: Path, notebooks: bool, as_json: bool) -> None:
     from the plane. Executed notebooks go to OUT/notebooks, their charts to OUT/charts.
     """
     import durability
+    from durability import bundle
     from durability.demo import build_fleet, run_notebooks
     from durability.replication import outbox_status
     from durability.runs import list_runs
 
+    with friendly_errors():  # a copy installed without its notebooks fails before the fleet
+        for name in bundle.NOTEBOOK_NAMES if notebooks else ():
+            bundle.notebook(name)
     with friendly_errors(), build_fleet(out) as fleet:
         with durability.open(fleet.store_url) as store:
             records = list(store.iter_threads())

@@ -43,6 +43,19 @@ def register(cli: click.Group) -> None:
     help="A shorter finished retention to compare.",
 )
 @click.option(
+    "--outage-length",
+    default="2d",
+    show_default=True,
+    help="A plane outage to simulate over the recorded writes.",
+)
+@click.option(
+    "--drain-rate",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Rows per second the outbox sends once the simulated outage ends.",
+)
+@click.option(
     "--plane",
     default=None,
     envvar=ENV_PLANE_URL,
@@ -54,13 +67,16 @@ def report(
     now: str | None,
     proposed_waiting: str,
     proposed_finished: str,
+    outage_length: str,
+    drain_rate: float,
     plane: str | None,
 ) -> None:
     """Write the notebooks' charts and tables for the store at URL as OUT/index.html.
 
     Threads and their owners, run health, what reached the plane and what is stuck (quarantined
-    rows with the plane's reason, the backlog over time), what the next sweep deletes and why,
-    and what the proposed shorter retention would cost. Reads only.
+    rows with the plane's reason, the backlog over time and under a simulated plane outage),
+    what the next sweep deletes and why, and what the proposed shorter retention would cost.
+    Reads only.
     """
     import os
 
@@ -85,5 +101,7 @@ def report(
             proposed_waiting=proposed_waiting,
             proposed_finished=proposed_finished,
             plane=client,
+            outage_length=outage_length,
+            drain_rate=drain_rate,
         )
     click.echo(f"report: {path.resolve()}")
