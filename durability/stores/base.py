@@ -945,6 +945,12 @@ class Store(ABC):
         self.ready()
         self._mark_synced(list(keys), self.clock())
 
+    def mark_sent(self, keys: Iterable[RowKey]) -> None:
+        """Record that one request delivered these rows: :meth:`record_attempt` without an
+        error and :meth:`mark_synced`, in one write where the store can (the drain's ack)."""
+        self.ready()
+        self._mark_sent(list(keys), self.clock())
+
     def mark_quarantined(self, reasons: Mapping[RowKey, str]) -> None:
         """Record rows the plane refused on payload grounds, with its reason (idempotent)."""
         self.ready()
@@ -1187,6 +1193,11 @@ class Store(ABC):
 
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         raise self._no_outbox()
+
+    def _mark_sent(self, keys: list[RowKey], now: datetime) -> None:
+        # Two writes by default; a store that can flip both in one statement overrides this.
+        self._record_attempt(keys, None)
+        self._mark_synced(keys, now)
 
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
         raise self._no_outbox()
