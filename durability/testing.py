@@ -972,6 +972,10 @@ def check_outbox(target: StoreTarget) -> None:
         one_row = rows[0].size_bytes or 0
         assert len(store.fetch_unsynced(limit=100, max_bytes=one_row)) == 1
         assert len(store.fetch_unsynced(limit=100, max_bytes=1)) == 1, "the first row always fits"
+        in_flight = [(c.thread_id, c.seq or 0) for c in rows[:2]]
+        assert [c.seq for c in store.fetch_unsynced_encoded(limit=2, exclude=in_flight)] == [
+            c.seq for c in rows[2:4]
+        ], "exclude skips the rows in flight, and the limit counts the rows returned"
         keys = [(c.thread_id, c.seq or 0) for c in rows]
         store.record_attempt(keys[:2], "HTTP 503")
         clock.advance(timedelta(minutes=5))

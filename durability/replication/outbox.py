@@ -41,7 +41,7 @@ from durability.clock import system_clock
 from durability.model import STEP_RUN_END
 from durability.replication.client import REASON_MAX, IngestAnswer
 from durability.replication.wire import WireRow, to_wire
-from durability.stores.base import EncodedCheckpoint, RowKey, Store, cap_bytes
+from durability.stores.base import EncodedCheckpoint, RowKey, Store
 
 if TYPE_CHECKING:
     from durability.replication.connection import Connection
@@ -315,11 +315,10 @@ class _Pass:
         the rows of the batch in flight; ``None`` when there is nothing (new) to send."""
         conn = self.conn
         rows = conn.store.fetch_unsynced_encoded(
-            limit=conn.batch_rows + len(in_flight), project_id=conn.project_id
-        )
-        rows = cap_bytes(
-            [r for r in rows if (r.thread_id, r.seq or 0) not in in_flight][: conn.batch_rows],
-            conn.batch_bytes,
+            limit=conn.batch_rows,
+            max_bytes=conn.batch_bytes,
+            project_id=conn.project_id,
+            exclude=in_flight,
         )
         keys = {(r.thread_id, r.seq or 0) for r in rows}
         if not rows:

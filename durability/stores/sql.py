@@ -29,7 +29,7 @@ import select
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -1278,17 +1278,21 @@ class SQLStore(Store):
 
     @_reconnecting
     def _fetch_unsynced(
-        self, limit: int, max_bytes: int | None, project_id: str | None
+        self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
         # Driver SQL, like the other hot reads: SQLAlchemy's row layer cost more than the
         # query for a batch of 2 KB rows. The predicate is the outbox index's own, as each
-        # dialect renders it, so SQLite matches the partial index.
+        # dialect renders it, so SQLite matches the partial index; the excluded seqs are
+        # filtered on that index, so their rows are never read.
         sql = self._sql
         where = _NOT_SYNCED_SQL[self.provider == "sqlite"]
         params: list[Any] = []
         if project_id is not None:
             where += f" AND project_id = {sql.mark}"
             params.append(project_id)
+        if exclude:
+            where += f" AND seq NOT IN ({', '.join([sql.mark] * len(exclude))})"
+            params.extend(seq for _, seq in exclude)
         params.append(limit)
         query = f"SELECT {sql.columns} FROM {sql.table} WHERE {where} ORDER BY seq LIMIT {sql.mark}"  # noqa: S608
         return cap_bytes(self._rows("read the outbox", query, params), max_bytes)
