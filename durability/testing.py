@@ -1000,6 +1000,11 @@ def check_outbox(target: StoreTarget) -> None:
         assert store.release() == 1
         assert store.outbox(state="quarantined") == []
         assert [c.seq for c in store.fetch_unsynced()] == [k[1] for k in keys[2:]]
+        store.record_attempt(keys[3:4], "HTTP 503")
+        store.mark_sent(keys[3:4])  # the drain's ack: one more attempt, no error, synced
+        sent = {(e.thread_id, e.seq): e for e in store.outbox()}[keys[3]]
+        assert (sent.state, sent.attempts, sent.last_error) == ("synced", 2, None)
+        assert sent.synced_at == clock()
         raises(InvalidIdError, lambda: store.outbox(state="lost"))
         assert not store.replicates
         store.record_connection("p1", "http://plane.example")

@@ -240,47 +240,63 @@ class _Pass:
         """Quarantine each offender of a refused batch and send the rest; ``False`` if the plane
         stopped answering.
 
-        The first offender is found by halving with one request per level (see :meth:`split`);
-        the right halves that could not be ruled out meanwhile wait and then go in one request,
-        which lands when the batch held one offender. If that one is refused too, it is split
-        as a tree.
+        One offender at a time: :meth:`split` finds the first one with one request per halving,
+        and what it could not rule out waits; that goes in one request, which lands when no
+        offender is left, and is split the same way when it is refused. Each offender costs
+        at most ⌈log2 n⌉ + 2 requests (its halvings, a row tried alone, the remainder), so k
+        offenders in a batch of n take at most k·(⌈log2 n⌉ + 2) + 1 requests, and k + 1 when
+        the plane names them.
         """
-        deferred: list[_Entry] = []
-        if not self.split(entries, refusal, out, deferred):
-            self.report.buffered += len(deferred)
-            return False
-        return not deferred or self.send(deferred, out)
+        group, answer = entries, refusal
+        while True:
+            deferred: list[_Entry] = []
+            if not self.split(group, answer, out, deferred):
+                self.report.buffered += len(deferred)
+                return False
+            if not deferred:
+                return True
+            answer = self.post(deferred)
+            if answer.outcome == "ok":
+                self.accept(deferred, answer, out)
+                return True
+            if answer.outcome != "refused":
+                self.report.buffered += len(deferred)
+                return False
+            group = deferred
 
     def split(
         self,
         group: list[_Entry],
         answer: IngestAnswer | None,
         out: _Outcome,
-        deferred: list[_Entry] | None = None,
+        deferred: list[_Entry],
     ) -> bool:
-        """Isolate the offenders of ``group``, which the plane refused with ``answer``, or which
-        must hold one (``answer`` is ``None``: its left half landed).
+        """Find an offender in ``group``, which the plane refused with ``answer``, or which must
+        hold one (``answer`` is ``None``: its left half landed); rows it cannot rule out go to
+        the front of ``deferred``, oldest first. ``False`` if the plane stopped answering.
 
-        Rows the refusal names are the plane's own verdict, so they are quarantined with its
-        reason at once. Otherwise only the left half is posted: if it lands, the offender is in
-        the right half, which is split without being posted whole; if it is refused, the right
-        half is sent afterwards (or put in ``deferred``, oldest first). A row is quarantined
-        only when the plane named it or refused it alone, never by inference: a 413 for a
-        body's total size leaves a last "suspect" row that lands on its own.
+        Rows the refusal names are the plane's own verdict, quarantined with its reason at
+        once. Otherwise only the left half is posted: if it lands, the offender is in the right
+        half, which is split without being posted whole; if it is refused, the right half
+        waits. A row is quarantined only when the plane named it or refused it alone, never by
+        inference: after a 413 for a body's total size, the last "suspect" lands on its own.
         """
         if answer is not None:
             named = [e for e in group if e.checkpoint_id in answer.named]
             if named:
                 for e in named:
                     self.quarantine(e, answer.reason, out)
-                rest = [e for e in group if e.checkpoint_id not in answer.named]
-                if deferred is not None:
-                    deferred[:0] = rest
-                    return True
-                return not rest or self.send(rest, out)
+                deferred[:0] = [e for e in group if e.checkpoint_id not in answer.named]
+                return True
         if len(group) == 1:
             if answer is None:
-                return self.send(group, out)
+                answer = self.post(group)
+                if answer.outcome == "ok":
+                    self.accept(group, answer, out)
+                    return True
+                if answer.outcome != "refused":
+                    self.report.buffered += 1
+                    return False
             self.quarantine(group[0], answer.reason, out)
             return True
         middle = len(group) // 2
@@ -290,21 +306,8 @@ class _Pass:
             self.accept(left, first, out)
             return self.split(right, None, out, deferred)
         if first.outcome == "refused":
-            if deferred is not None:
-                deferred[:0] = right
-                return self.split(left, first, out, deferred)
-            return self.split(left, first, out) and self.send(right, out)
-        self.report.buffered += len(group)
-        return False
-
-    def send(self, group: list[_Entry], out: _Outcome) -> bool:
-        """POST rows not known to be bad: accepted, split when refused, ``False`` when buffered."""
-        answer = self.post(group)
-        if answer.outcome == "ok":
-            self.accept(group, answer, out)
-            return True
-        if answer.outcome == "refused":
-            return self.split(group, answer, out)
+            deferred[:0] = right
+            return self.split(left, first, out, deferred)
         self.report.buffered += len(group)
         return False
 

@@ -213,7 +213,8 @@ def to_wire(
     }
     body = orjson.dumps(item)
     if stripped is None and not state_wrapped and encoder is CLEAR:
-        state_bytes = len(row.state.encode("utf-8", "surrogatepass"))
+        text = row.state
+        state_bytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     else:
         state_bytes = len(orjson.dumps(sent_state))
     return WireRow(body, state_bytes, row.checkpoint_id, row.step_type, agent_id)

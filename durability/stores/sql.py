@@ -1311,18 +1311,15 @@ class SQLStore(Store):
     def _mark_sent(self, keys: list[RowKey], now: datetime) -> None:
         # One UPDATE instead of record_attempt's and mark_synced's: SQLite rewrites a whole
         # 2 KB row to change a flag, so the drain's second UPDATE cost as much as its first.
+        # Driver SQL: SQLAlchemy's expansion of a 500-value IN list was a tenth of the drain.
+        mark, table = self._sql.mark, self._sql.table
         with self._write("mark rows synced") as conn:
             for chunk in _chunks([seq for _, seq in keys]):
-                conn.execute(
-                    checkpoints.update()
-                    .where(checkpoints.c.seq.in_(chunk))
-                    .values(
-                        synced=True,
-                        sync_error=None,
-                        synced_at=to_micros(now),
-                        attempts=checkpoints.c.attempts + 1,
-                        last_error=None,
-                    )
+                conn.exec_driver_sql(
+                    f"UPDATE {table} SET synced = {mark}, sync_error = NULL, synced_at = {mark}, "  # noqa: S608
+                    f"attempts = attempts + 1, last_error = NULL "
+                    f"WHERE seq IN ({', '.join([mark] * len(chunk))})",
+                    (True, to_micros(now), *chunk),
                 )
 
     @_reconnecting
