@@ -5,10 +5,10 @@ bytes) until its project has none left or the plane stops taking them:
 
 * a 2xx marks the batch synced, except the ids the plane rejected one by one, which are
   quarantined with its reason (``plane rejected: …``);
-* a payload refusal of the whole batch (400, 409, 413, 422) is bisected until each offender
-  stands alone, and each is quarantined with the reason the plane gave for it alone. When the
-  refusal names the offending checkpoint (this project's plane does) that row is tried alone at
-  once and the rest sent together, which is two requests per offender instead of two per level;
+* a payload refusal of the whole batch (400, 409, 413, 422) is isolated one offender at a time,
+  each quarantined with the reason the plane gave for it: a row the refusal names (this
+  project's plane names one) at once, else a row refused alone after halving, one request per
+  level (see :meth:`_Pass.isolate`);
 * anything else (401, 403, 404, 408, 429, 3xx, 5xx, a transport error) leaves the rows where they
   are, without an age or count bound, and the pass stops; the worker retries on a capped backoff.
 
@@ -17,7 +17,9 @@ Before anything is sent, a row over a cap the plane announced (its state over 1 
 too, so no row can stall the outbox. A run end quarantined either way is followed by a
 state-stripped copy of itself (same checkpoint id, empty payloads), so the plane still learns
 that the run finished; the original is marked quarantined only once that copy has landed.
-Every request records an attempt (and its error) on the rows it carried.
+Every request records an attempt (and its error) on the rows it carried. POSTs go out on a
+sender thread, one at a time, while the pass fetches and maps the next batch and marks the last
+(:meth:`_Pass.run`).
 
 :class:`DrainWorker` is the loop: it waits on an event (set by a write, by connect and by
 disconnect), runs a pass, and while rows stay buffered retries on a capped exponential backoff.
