@@ -1280,10 +1280,13 @@ class SQLStore(Store):
     def _fetch_unsynced(
         self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
-        # Driver SQL, like the other hot reads: SQLAlchemy's row layer cost more than the
-        # query for a batch of 2 KB rows. The predicate is the outbox index's own, as each
-        # dialect renders it, so SQLite matches the partial index; the excluded seqs are
-        # filtered on that index, so their rows are never read.
+        # Driver SQL: compiling the statement and mapping rows through the ORM-level layer
+        # cost more than the query for a batch of 2 KB rows. The predicate is the outbox
+        # index's own, as each dialect renders it, so SQLite matches the partial index; the
+        # excluded seqs are filtered on that index, so their rows are never read. A pooled
+        # connection, not the thread's own (`_execute`): the drain thread may still be reading
+        # when another thread closes the store, and closing a SQLite connection that is in use
+        # crashes the process, whereas a checked-out pooled one is only closed when returned.
         sql = self._sql
         where = _NOT_SYNCED_SQL[self.provider == "sqlite"]
         params: list[Any] = []
@@ -1295,7 +1298,9 @@ class SQLStore(Store):
             params.extend(seq for _, seq in exclude)
         params.append(limit)
         query = f"SELECT {sql.columns} FROM {sql.table} WHERE {where} ORDER BY seq LIMIT {sql.mark}"  # noqa: S608
-        return cap_bytes(self._rows("read the outbox", query, params), max_bytes)
+        with self._one("read the outbox") as conn:
+            rows = [_encoded(r) for r in conn.exec_driver_sql(query, tuple(params))]
+        return cap_bytes(rows, max_bytes)
 
     @_reconnecting
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
