@@ -972,6 +972,10 @@ def check_outbox(target: StoreTarget) -> None:
         one_row = rows[0].size_bytes or 0
         assert len(store.fetch_unsynced(limit=100, max_bytes=one_row)) == 1
         assert len(store.fetch_unsynced(limit=100, max_bytes=1)) == 1, "the first row always fits"
+        in_flight = [(c.thread_id, c.seq or 0) for c in rows[:2]]
+        assert [c.seq for c in store.fetch_unsynced_encoded(limit=2, exclude=in_flight)] == [
+            c.seq for c in rows[2:4]
+        ], "exclude skips the rows in flight, and the limit counts the rows returned"
         keys = [(c.thread_id, c.seq or 0) for c in rows]
         store.record_attempt(keys[:2], "HTTP 503")
         clock.advance(timedelta(minutes=5))
@@ -996,6 +1000,11 @@ def check_outbox(target: StoreTarget) -> None:
         assert store.release() == 1
         assert store.outbox(state="quarantined") == []
         assert [c.seq for c in store.fetch_unsynced()] == [k[1] for k in keys[2:]]
+        store.record_attempt(keys[3:4], "HTTP 503")
+        store.mark_sent(keys[3:4])  # the drain's ack: one more attempt, no error, synced
+        sent = {(e.thread_id, e.seq): e for e in store.outbox()}[keys[3]]
+        assert (sent.state, sent.attempts, sent.last_error) == ("synced", 2, None)
+        assert sent.synced_at == clock()
         raises(InvalidIdError, lambda: store.outbox(state="lost"))
         assert not store.replicates
         store.record_connection("p1", "http://plane.example")

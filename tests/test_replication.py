@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import PROVIDERS, make_target
 from plane_support import NO_LOCAL_CAPS, PlaneHandle, fast_backoff
@@ -18,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+import durability
 from durability import Checkpoint
 from durability.errors import CodecError, ReplicationError
 from durability.plane import serve_in_thread
@@ -34,6 +36,7 @@ from durability.replication import (
     outbox_status,
     was_stripped,
 )
+from durability.replication.wire import to_wire
 from durability.runs import AgentNode, Flow, Runner
 from durability.stores.base import Store
 from durability.stores.memory import MemoryStore
@@ -469,6 +472,7 @@ def test_compat_mode_is_bisected_until_each_offender_stands_alone(
     report = drain_once(conn)
     assert report.quarantined == k
     assert report.synced == n - k
+    assert report.requests == k + 1, "each refusal names its offender: quarantined, the rest resent"
     assert report.requests <= k * math.ceil(math.log2(n)) + 1
     for entry in store.outbox(state="quarantined"):
         assert entry.checkpoint_id in {f"t-compat-{i}" for i in poison}
@@ -484,8 +488,9 @@ def test_400_and_409_refusals_are_bisected_until_each_offender_stands_alone(
     store: Store, plane: PlaneHandle, status: int
 ) -> None:
     """A batch refused with 400 or 409 naming no row is bisected: each offender is quarantined with
-    the plane's answer to it alone and every other row lands, within 2·k·⌈log2 n⌉ + 1 requests
-    (both halves are posted at each level, since nothing names the offender)."""
+    the plane's answer to it alone and every other row lands, within k·(⌈log2 n⌉ + 2) + 1
+    requests (nothing names the offender, so each one also costs a row tried alone and a resend
+    of the remainder)."""
     conn = link(store, plane, background=False)
     n, poison = 32, {5, 6, 20}
     for i in range(n):
@@ -493,7 +498,7 @@ def test_400_and_409_refusals_are_bisected_until_each_offender_stands_alone(
     plane.faults.refuse_carrying = {f"t-refused-{i}": status for i in poison}
     report = drain_once(conn)
     assert (report.synced, report.quarantined, report.buffered) == (n - 3, 3, 0)
-    assert report.requests <= 2 * 3 * math.ceil(math.log2(n)) + 1
+    assert report.requests <= 3 * (math.ceil(math.log2(n)) + 2) + 1
     quarantined = store.outbox(state="quarantined")
     assert [e.checkpoint_id for e in quarantined] == [f"t-refused-{i}" for i in sorted(poison)]
     assert {e.sync_error for e in quarantined} == {
@@ -502,6 +507,94 @@ def test_400_and_409_refusals_are_bisected_until_each_offender_stands_alone(
     assert plane.ids_on_plane("t-refused") == [
         f"t-refused-{i}" for i in range(n) if i not in poison
     ]
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """One SQLite store (the request counts do not depend on the provider)."""
+    with durability.open(f"sqlite:///{tmp_path / 'bisect.db'}") as opened:
+        yield opened
+    disconnect(opened, timeout=5)
+
+
+def poisoned(store: Store, plane: PlaneHandle, n: int, poison: set[int], *, named: bool) -> str:
+    """Write n rows, the ``poison`` positions refused: by the compat plane naming the offender,
+    or (``named=False``) by the fault layer's 400 naming nothing."""
+    thread = f"t-iso-{n}-{len(poison)}-{'named' if named else 'blind'}"
+    for i in range(n):
+        bad = named and i in poison
+        store.put(cp(thread, i, step_type=POISON_STEP if bad else "node", state={"n": i}))
+    if named:
+        plane.plane.compat = True
+    else:
+        plane.faults.refuse_carrying = {f"{thread}-{i}": 400 for i in poison}
+    return thread
+
+
+def posted_sizes(conn: Connection) -> list[int]:
+    """Record the number of rows of every ingest request the connection sends."""
+    sizes: list[int] = []
+    ingest = conn.client.ingest
+
+    def counting(body: bytes, ids: set[str]) -> Any:
+        sizes.append(len(ids))
+        return ingest(body, ids)
+
+    conn.client.ingest = counting  # type: ignore[method-assign]
+    return sizes
+
+
+@pytest.mark.parametrize(("n", "k"), [(8, 1), (64, 1), (100, 1), (64, 3), (32, 5)])
+@pytest.mark.parametrize("named", [True, False], ids=["named", "blind"])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_isolating_k_poison_rows_stays_within_its_request_bound(
+    sqlite_store: Store, plane: PlaneHandle, n: int, k: int, named: bool, seed: int
+) -> None:
+    """Named offenders (this plane's compat refusals) take k + 1 requests, within the issue's
+    k·⌈log2 n⌉ + 1; blind refusals take at most k·(⌈log2 n⌉ + 2) + 1, i.e. ⌈log2 n⌉ + 3 for
+    one offender (the best any scheme can do blind is ⌈log2 n⌉ + 2: the offender must be
+    refused alone and every other row land). The bytes sent stay a few times the batch."""
+    poison = set(random.Random(seed).sample(range(n), k))
+    thread = poisoned(sqlite_store, plane, n, poison, named=named)
+    conn = link(sqlite_store, plane, background=False, limits=NO_LOCAL_CAPS)
+    batch = sum(len(to_wire(r).body) + 1 for r in sqlite_store.fetch_unsynced_encoded(limit=n))
+    report = drain_once(conn)
+    assert (report.synced, report.quarantined, report.buffered) == (n - k, k, 0)
+    levels = math.ceil(math.log2(n))
+    if named:
+        assert report.requests == k + 1 <= k * levels + 1
+    else:
+        assert report.requests <= k * (levels + 2) + 1
+    assert report.bytes_sent <= (k + 2) * batch
+    assert [e.checkpoint_id for e in sqlite_store.outbox(state="quarantined")] == [
+        f"{thread}-{i}" for i in sorted(poison)
+    ]
+    assert plane.ids_on_plane(thread) == [f"{thread}-{i}" for i in range(n) if i not in poison]
+
+
+@pytest.mark.parametrize(
+    ("offender", "sizes"),
+    [
+        (7, [8, 4, 2, 1, 1]),  # each left half lands; the right halves are never posted whole
+        (0, [8, 4, 2, 1, 7]),  # each left half is refused; what waited goes in one request
+        (5, [8, 4, 2, 1, 1, 2]),  # both: 5 is tried alone, then 6 and 7 go together
+    ],
+)
+def test_a_blind_refusal_posts_one_half_per_level(
+    sqlite_store: Store, plane: PlaneHandle, offender: int, sizes: list[int]
+) -> None:
+    """Without a named offender, only the left half of a refused group is posted: when it lands
+    the offender is in the right half, which is split without being posted whole; when it is
+    refused, the right half waits for the one request that sends the remainder."""
+    thread = poisoned(sqlite_store, plane, 8, {offender}, named=False)
+    conn = link(sqlite_store, plane, background=False)
+    posted = posted_sizes(conn)
+    report = drain_once(conn)
+    assert (report.synced, report.quarantined) == (7, 1)
+    assert posted == sizes
+    assert report.requests == len(sizes) <= math.ceil(math.log2(8)) + 3
+    [entry] = sqlite_store.outbox(state="quarantined")
+    assert entry.checkpoint_id == f"{thread}-{offender}"
 
 
 def test_a_409_for_an_id_stored_for_another_execution_quarantines_that_row(
@@ -721,6 +814,76 @@ def test_worker_survives_failing_passes_on_a_capped_backoff() -> None:
         assert worker.drain_now(timeout=5)
         assert len(calls) == 7
     assert not worker.running
+
+
+class BrokenTransport(httpx.BaseTransport):
+    """Raises what a closed ``httpx.Client`` raises (``RuntimeError``) until ``broken`` is cleared."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.calls = 0
+        self.inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.broken:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        return self.inner.handle_request(request)
+
+
+def test_a_broken_http_client_leaves_rows_buffered_and_the_drain_thread_sends_once_it_works(
+    store: Store, plane: PlaneHandle
+) -> None:
+    """A ``RuntimeError`` from the injected client is not a transport error, yet it must not
+    escape a pass: the rows stay pending with the error recorded, the thread stays alive and
+    retries on its backoff, and sends them as soon as the client works again."""
+    transport = BrokenTransport()
+    http = httpx.Client(transport=transport, timeout=5)
+    conn = link(store, plane, http=http)  # the key check fails the same way: connected anyway
+    for n in range(3):
+        store.put(cp("t-broken", n))
+    wait_for(lambda: transport.calls >= 4, what="retries while the client is broken")
+    worker = conn.worker
+    assert worker is not None
+    assert worker.running
+    assert states(store) == ["pending"] * 3
+    assert all("RuntimeError" in (e.last_error or "") for e in store.outbox())
+    assert plane.faults.ingest_requests == 0
+    transport.broken = False
+    wait_for(all_synced(store), what="the drain once the client works")
+    assert worker.running
+    assert plane.ids_on_plane("t-broken") == [f"t-broken-{n}" for n in range(3)]
+    http.close()
+
+
+def test_a_pass_that_raises_does_not_stall_the_other_connections_or_kill_the_thread(
+    store: Store, plane: PlaneHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any exception from one connection's pass is logged with its traceback; the other
+    connections of the database still drain, the thread backs off and lives, and the failing
+    one sends its rows once it works again."""
+    failing = link(store, plane, project_id="p-failing")
+    other_key = plane.new_key()
+    healthy = link(store, plane, project_id="p-healthy", key=other_key)
+    send = failing.client.ingest
+    failing.client.ingest = lambda body, ids: 1 / 0  # type: ignore[assignment,method-assign,misc]
+    with caplog.at_level(logging.ERROR, logger="durability.replication"):
+        store.put(cp("t-failing", 0, project_id="p-failing"))
+        store.put(cp("t-healthy", 0, project_id="p-healthy"))
+        wait_for(all_synced_of(store, "p-healthy"), what="the healthy connection")
+        worker = healthy.worker
+        assert worker is not None
+        wait_for(lambda: len(worker.delays) >= 2, what="the backoff")
+    assert worker.running
+    assert states(store, project_id="p-failing") == ["pending"]
+    assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+    failing.client.ingest = send  # type: ignore[method-assign]
+    wait_for(all_synced_of(store, "p-failing"), what="the failing connection, repaired")
+    assert worker.running
+
+
+def all_synced_of(store: Store, project_id: str) -> Callable[[], bool]:
+    return lambda: states(store, project_id=project_id) == ["synced"]
 
 
 def test_backoff_honours_retry_after_within_its_cap() -> None:

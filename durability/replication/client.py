@@ -205,7 +205,12 @@ class PlaneClient:
         content: bytes | None = None,
         params: dict[str, Any] | None = None,
     ) -> httpx.Response:
-        """Send one request; every transport failure becomes a retryable ``ReplicationError``."""
+        """Send one request; every failure to get an answer becomes a retryable ``ReplicationError``.
+
+        Besides transport errors that includes whatever else the HTTP client raises: a closed
+        or broken (e.g. injected) ``httpx.Client`` raises ``RuntimeError``, and that must leave
+        rows buffered like a plane that is down, not escape the drain.
+        """
         try:
             return self._http.request(
                 method,
@@ -221,6 +226,13 @@ class PlaneClient:
                 f"({type(exc).__name__}); the rows stay buffered and are retried",
                 retryable=True,
                 hint="check that the plane is running and reachable",
+            ) from None
+        except Exception as exc:
+            raise ReplicationError(
+                f"cannot {action}: the HTTP client failed ({type(exc).__name__}: "
+                f"{str(exc)[:200]}); the rows stay buffered and are retried",
+                retryable=True,
+                hint="check the httpx.Client given to connect(): it may be closed",
             ) from None
 
     # ------------------------------------------------------------------ calls

@@ -285,9 +285,17 @@ class _Database:
         self.worker = DrainWorker(self.step, name=f"durability-drain:{key[:60]}", backoff=backoff)
 
     def step(self) -> DrainReport:
+        """One pass per connection. A pass that raises does not keep the others from draining;
+        the first error is raised once they all had their turn, so the worker backs off."""
         report = DrainReport()
+        error: Exception | None = None
         for conn in list(self.connections):
-            report += drain_once(conn)
+            try:
+                report += drain_once(conn)
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
         return report
 
     def listener(self, store: Store) -> None:
@@ -346,7 +354,11 @@ class _Registry:
         worker = self.worker_of(conn)
         if worker is not None and conn.background:
             return worker.drain_now(timeout)
-        drain_once(conn)
+        try:
+            drain_once(conn)
+        except Exception:  # a close must finish; the rows stay buffered for the next connect
+            logger.exception("the final drain of %r failed; its rows stay buffered", conn)
+            return False
         return True
 
     def connections(self) -> list[Connection]:

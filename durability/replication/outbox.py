@@ -5,10 +5,10 @@ bytes) until its project has none left or the plane stops taking them:
 
 * a 2xx marks the batch synced, except the ids the plane rejected one by one, which are
   quarantined with its reason (``plane rejected: …``);
-* a payload refusal of the whole batch (400, 409, 413, 422) is bisected until each offender
-  stands alone, and each is quarantined with the reason the plane gave for it alone. When the
-  refusal names the offending checkpoint (this project's plane does) that row is tried alone at
-  once and the rest sent together, which is two requests per offender instead of two per level;
+* a payload refusal of the whole batch (400, 409, 413, 422) is isolated one offender at a time,
+  each quarantined with the reason the plane gave for it: a row the refusal names (this
+  project's plane names one) at once, else a row refused alone after halving, one request per
+  level (see :meth:`_Pass.isolate`);
 * anything else (401, 403, 404, 408, 429, 3xx, 5xx, a transport error) leaves the rows where they
   are, without an age or count bound, and the pass stops; the worker retries on a capped backoff.
 
@@ -17,7 +17,9 @@ Before anything is sent, a row over a cap the plane announced (its state over 1 
 too, so no row can stall the outbox. A run end quarantined either way is followed by a
 state-stripped copy of itself (same checkpoint id, empty payloads), so the plane still learns
 that the run finished; the original is marked quarantined only once that copy has landed.
-Every request records an attempt (and its error) on the rows it carried.
+Every request records an attempt (and its error) on the rows it carried. POSTs go out on a
+sender thread, one at a time, while the pass fetches and maps the next batch and marks the last
+(:meth:`_Pass.run`).
 
 :class:`DrainWorker` is the loop: it waits on an event (set by a write, by connect and by
 disconnect), runs a pass, and while rows stay buffered retries on a capped exponential backoff.
@@ -30,7 +32,9 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -77,16 +81,15 @@ class PlaneLimits:
 
     def violation(self, row: WireRow) -> str | None:
         """Why the plane would refuse this row for its size, or ``None``."""
-        item = row.item
         if row.state_bytes > self.state_bytes:
             return (
-                f"checkpoint {item['checkpoint_id'][:80]!r}: state_snapshot is {row.state_bytes} bytes, "
+                f"checkpoint {row.checkpoint_id[:80]!r}: state_snapshot is {row.state_bytes} bytes, "
                 f"over the plane's {self.state_bytes}-byte cap"
             )
-        step_type = item.get("step_type")
+        step_type = row.step_type
         if isinstance(step_type, str) and len(step_type) > self.step_type_chars:
             return f"step_type is {len(step_type)} characters, over the plane's {self.step_type_chars}-character limit"
-        agent_id = item.get("agent_id")
+        agent_id = row.agent_id
         if isinstance(agent_id, str) and len(agent_id) > self.agent_id_chars:
             return f"agent_id is {len(agent_id)} characters, over the plane's {self.agent_id_chars}-character limit"
         return None
@@ -148,27 +151,66 @@ class _Outcome:
     refused_ends: list[tuple[_Entry, str]] = field(default_factory=list)
 
 
-class _Pass:
-    """One drain pass over one connection (the state of its batches and bisections)."""
+@dataclass(slots=True)
+class _Batch:
+    """One fetched batch: the entries to send and what mapping it already decided."""
 
-    def __init__(self, conn: Connection) -> None:
+    keys: set[RowKey]
+    entries: list[_Entry]
+    out: _Outcome
+
+
+class _Pass:
+    """One drain pass over one connection (the state of its batches and bisections).
+
+    POSTs go out on ``sender``, a one-thread executor, so the pass can fetch and map the next
+    batch, and mark the last one, while the plane ingests: the client's and the plane's work
+    overlap instead of adding up. One request is in flight at a time, so batches still reach
+    the plane oldest first.
+    """
+
+    def __init__(self, conn: Connection, sender: Executor) -> None:
         self.conn = conn
+        self.sender = sender
         self.report = DrainReport()
+        self.seen: set[RowKey] = set()
 
     # ------------------------------------------------------------------ sending
 
-    def post(self, entries: list[_Entry]) -> IngestAnswer:
+    def start(self, entries: list[_Entry]) -> Future[IngestAnswer]:
+        """Start a POST of these entries on the sender thread."""
         body = _BODY_OPEN + b",".join(e.wire.body for e in entries) + _BODY_CLOSE
-        answer = self.conn.client.ingest(body, {e.checkpoint_id for e in entries})
         self.report.requests += 1
         self.report.bytes_sent += len(body)
-        error = None if answer.outcome == "ok" else answer.reason
-        self.conn.store.record_attempt([e.key for e in entries], error)
-        if answer.outcome == "buffered":
-            self.conn.note_unavailable(answer, len(entries))
-        else:
+        ids = {e.checkpoint_id for e in entries}
+        return self.sender.submit(self.conn.client.ingest, body, ids)
+
+    def finish(self, entries: list[_Entry], sent: Future[IngestAnswer]) -> IngestAnswer:
+        """Wait for a POST's answer and record the attempt on the rows it carried."""
+        answer = sent.result()
+        store = self.conn.store
+        if answer.outcome == "ok":
+            # The rows that land record their attempt when marked (Store.mark_sent: one write
+            # instead of two); the ones the plane rejected, or stand-ins, record it here.
+            others = [
+                e.key
+                for e in entries
+                if e.stand_in_for is not None or e.checkpoint_id in answer.rejections
+            ]
+            if others:
+                store.record_attempt(others, None)
             self.conn.note_available()
+        else:
+            store.record_attempt([e.key for e in entries], answer.reason)
+            if answer.outcome == "buffered":
+                self.conn.note_unavailable(answer, len(entries))
+            else:
+                self.conn.note_available()
         return answer
+
+    def post(self, entries: list[_Entry]) -> IngestAnswer:
+        """POST and wait (bisection and stand-ins, which must know an answer before going on)."""
+        return self.finish(entries, self.start(entries))
 
     def accept(self, entries: list[_Entry], answer: IngestAnswer, out: _Outcome) -> None:
         for e in entries:
@@ -194,33 +236,110 @@ class _Pass:
         else:
             out.quarantined[entry.key] = reason
 
+    # ------------------------------------------------------------------ bisection
+
     def isolate(self, entries: list[_Entry], refusal: IngestAnswer, out: _Outcome) -> bool:
-        """Bisect a refused batch until each offender stands alone; ``False`` if the plane stopped answering."""
-        if len(entries) == 1:
-            self.quarantine(entries[0], refusal.reason, out)
-            return True
-        named = next((e for e in entries if e.checkpoint_id in refusal.named), None)
-        if named is not None:
-            groups = [[named], [e for e in entries if e is not named]]
-        else:
-            middle = len(entries) // 2
-            groups = [entries[:middle], entries[middle:]]
-        for group in groups:
-            answer = self.post(group)
-            if answer.outcome == "ok":
-                self.accept(group, answer, out)
-            elif answer.outcome == "refused":
-                if not self.isolate(group, answer, out):
-                    return False
-            else:
-                self.report.buffered += len(group)
+        """Quarantine each offender of a refused batch and send the rest; ``False`` if the plane
+        stopped answering.
+
+        One offender at a time: :meth:`split` finds the first one with one request per halving,
+        and what it could not rule out waits; that goes in one request, which lands when no
+        offender is left, and is split the same way when it is refused. Each offender costs
+        at most ⌈log2 n⌉ + 2 requests (its halvings, a row tried alone, the remainder), so k
+        offenders in a batch of n take at most k·(⌈log2 n⌉ + 2) + 1 requests, and k + 1 when
+        the plane names them.
+        """
+        group, answer = entries, refusal
+        while True:
+            deferred: list[_Entry] = []
+            if not self.split(group, answer, out, deferred):
+                self.report.buffered += len(deferred)
                 return False
-        return True
+            if not deferred:
+                return True
+            answer = self.post(deferred)
+            if answer.outcome == "ok":
+                self.accept(deferred, answer, out)
+                return True
+            if answer.outcome != "refused":
+                self.report.buffered += len(deferred)
+                return False
+            group = deferred
 
-    # ------------------------------------------------------------------ one batch
+    def split(
+        self,
+        group: list[_Entry],
+        answer: IngestAnswer | None,
+        out: _Outcome,
+        deferred: list[_Entry],
+    ) -> bool:
+        """Find an offender in ``group``, which the plane refused with ``answer``, or which must
+        hold one (``answer`` is ``None``: its left half landed); rows it cannot rule out go to
+        the front of ``deferred``, oldest first. ``False`` if the plane stopped answering.
 
-    def batch(self, rows: list[EncodedCheckpoint]) -> bool:
-        """Send one fetched batch; ``False`` when the plane could not take it (stop the pass)."""
+        Rows the refusal names are the plane's own verdict, quarantined with its reason at
+        once. Otherwise only the left half is posted: if it lands, the offender is in the right
+        half, which is split without being posted whole; if it is refused, the right half
+        waits. A row is quarantined only when the plane named it or refused it alone, never by
+        inference: after a 413 for a body's total size, the last "suspect" lands on its own.
+        """
+        if answer is not None:
+            named = [e for e in group if e.checkpoint_id in answer.named]
+            if named:
+                for e in named:
+                    self.quarantine(e, answer.reason, out)
+                deferred[:0] = [e for e in group if e.checkpoint_id not in answer.named]
+                return True
+        if len(group) == 1:
+            if answer is None:
+                answer = self.post(group)
+                if answer.outcome == "ok":
+                    self.accept(group, answer, out)
+                    return True
+                if answer.outcome != "refused":
+                    self.report.buffered += 1
+                    return False
+            self.quarantine(group[0], answer.reason, out)
+            return True
+        middle = len(group) // 2
+        left, right = group[:middle], group[middle:]
+        first = self.post(left)
+        if first.outcome == "ok":
+            self.accept(left, first, out)
+            return self.split(right, None, out, deferred)
+        if first.outcome == "refused":
+            deferred[:0] = right
+            return self.split(left, first, out, deferred)
+        self.report.buffered += len(group)
+        return False
+
+    # ------------------------------------------------------------------ batches
+
+    def fetch(self, in_flight: set[RowKey]) -> _Batch | None:
+        """The next batch of the connection's oldest unsynced rows, mapped to the wire, skipping
+        the rows of the batch in flight; ``None`` when there is nothing (new) to send."""
+        conn = self.conn
+        rows = conn.store.fetch_unsynced_encoded(
+            limit=conn.batch_rows,
+            max_bytes=conn.batch_bytes,
+            project_id=conn.project_id,
+            exclude=in_flight,
+        )
+        keys = {(r.thread_id, r.seq or 0) for r in rows}
+        if not rows:
+            return None
+        if keys <= self.seen:
+            logger.error(
+                "the store %r did not record the outcome of %d rows; stopping this pass",
+                conn.store,
+                len(rows),
+            )
+            return None
+        self.seen |= keys
+        return self.prepare(rows, keys)
+
+    def prepare(self, rows: list[EncodedCheckpoint], keys: set[RowKey]) -> _Batch:
+        """Map rows to wire entries; rows over an announced cap, or unmappable, are decided here."""
         conn = self.conn
         agent_ids = conn.agent_ids()
         out = _Outcome()
@@ -241,20 +360,53 @@ class _Pass:
                 entries.append(self.stand_in(_Entry(key, row, wire), _cut(f"not sent: {cap}")))
             else:
                 out.quarantined[key] = _cut(f"not sent: {cap}")
+        return _Batch(keys, entries, out)
+
+    def settle(self, batch: _Batch, answer: IngestAnswer | None) -> bool:
+        """Decide every row of a sent batch from its answer (bisecting a refusal, sending
+        stand-ins); ``False`` when the plane could not take it (stop the pass). Marks nothing:
+        :meth:`apply` does, so that can overlap the next POST."""
+        out = batch.out
         complete = True
-        if entries:
-            answer = self.post(entries)
+        if answer is not None:
             if answer.outcome == "ok":
-                self.accept(entries, answer, out)
+                self.accept(batch.entries, answer, out)
             elif answer.outcome == "refused":
-                complete = self.isolate(entries, answer, out)
+                complete = self.isolate(batch.entries, answer, out)
             else:
-                self.report.buffered += len(entries)
+                self.report.buffered += len(batch.entries)
                 complete = False
         if out.refused_ends:
             complete = self.send_stand_ins(out) and complete
-        self.apply(out)
         return complete
+
+    def run(self) -> None:
+        """Send batches until none are left or the plane stops taking them.
+
+        While batch i is in flight the next one is fetched (past i's rows) and mapped; once i
+        is answered, batch i+1 is sent at once and i's rows are marked meanwhile. A row is
+        marked synced only after the 2xx that carried it, so a crash between the two at worst
+        sends it again, which the plane's idempotent ingest absorbs.
+        """
+        batch = self.fetch(set())
+        sent = self.start(batch.entries) if batch is not None and batch.entries else None
+        while batch is not None:
+            following = self.fetch(batch.keys)
+            answer = self.finish(batch.entries, sent) if sent is not None else None
+            complete = self.settle(batch, answer)
+            if complete and following is None:
+                # A write during the POST may have come after that fetch: look again once
+                # this batch is marked, so the pass sends it (no lost wakeup).
+                self.apply(batch.out)
+                batch.out = _Outcome()
+                following = self.fetch(set())
+            sent = None
+            if complete and following is not None and following.entries:
+                sent = self.start(following.entries)
+            self.apply(batch.out)
+            if not complete:
+                break
+            batch = following
 
     def stand_in(self, entry: _Entry, reason: str) -> _Entry:
         wire = to_wire(
@@ -284,7 +436,7 @@ class _Pass:
     def apply(self, out: _Outcome) -> None:
         store = self.conn.store
         if out.synced:
-            store.mark_synced(out.synced)
+            store.mark_sent(out.synced)
             self.report.synced += len(out.synced)
         if out.quarantined:
             store.mark_quarantined(out.quarantined)
@@ -303,30 +455,16 @@ def drain_once(conn: Connection) -> DrainReport:
     """Send the connection's unsynced rows until none are left or the plane stops taking them.
 
     Safe to call from any thread; passes over one connection never overlap (a second caller
-    waits for the first). Never raises for anything the plane does; a store that cannot be read
-    raises its own :class:`~durability.errors.StoreError`.
+    waits for the first). Never raises for anything the plane or the HTTP client does (those
+    leave rows buffered); a store that cannot be read raises its own
+    :class:`~durability.errors.StoreError`.
     """
     with conn.draining() as active:
         if not active:
             return DrainReport()
-        one = _Pass(conn)
-        seen: set[RowKey] = set()
-        while conn.active:
-            rows = conn.store.fetch_unsynced_encoded(
-                limit=conn.batch_rows, max_bytes=conn.batch_bytes, project_id=conn.project_id
-            )
-            keys = {(r.thread_id, r.seq or 0) for r in rows}
-            if not rows or keys <= seen:
-                if rows:
-                    logger.error(
-                        "the store %r did not record the outcome of %d rows; stopping this pass",
-                        conn.store,
-                        len(rows),
-                    )
-                break
-            seen |= keys
-            if not one.batch(rows):
-                break
+        with ThreadPoolExecutor(1, thread_name_prefix="durability-post") as sender:
+            one = _Pass(conn, sender)
+            one.run()
         report = one.report
     if report.buffered:
         report.last_error = conn.last_error
@@ -451,6 +589,8 @@ class DrainWorker:
 
     def _run(self) -> None:
         delay: float | None = None
+        failures = 0
+        logged_at = float("-inf")
         while not self._stopping.is_set():
             self._wake.wait(self.idle_interval if delay is None else delay)
             if self._stopping.is_set():
@@ -463,8 +603,21 @@ class DrainWorker:
                 report = self._step()
                 self.last_report = report
                 failed, retry_after = report.buffered > 0, report.retry_after
-            except Exception:  # the loop must outlive any failed pass
-                logger.exception("a drain pass of %s failed; retrying on the backoff", self.name)
+                if failures:
+                    logger.warning("%s recovered after %d failed passes", self.name, failures)
+                failures = 0
+            except Exception:  # the loop must outlive any failed pass: nothing may stall the outbox
+                failures += 1
+                # The first failure with its traceback, then at most one a minute: a store or
+                # client that stays broken is retried on the backoff without flooding the log.
+                if time.monotonic() - logged_at >= 60.0:
+                    logged_at = time.monotonic()
+                    logger.exception(
+                        "a drain pass of %s failed (%d in a row); the rows stay buffered and "
+                        "are retried on the backoff",
+                        self.name,
+                        failures,
+                    )
             self.last_pass_at = system_clock()
             with self._done:
                 self._completed = max(self._completed, started)

@@ -18,7 +18,7 @@ import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -930,20 +930,32 @@ class Store(ABC):
         ]
 
     def fetch_unsynced_encoded(
-        self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
+        self,
+        *,
+        limit: int = 200,
+        max_bytes: int | None = None,
+        project_id: str | None = None,
+        exclude: Collection[RowKey] = (),
     ) -> list[EncodedCheckpoint]:
         """:meth:`fetch_unsynced` without decoding: the rows as stored (payloads as codec text).
 
         The replication drain sends these texts as they are, so a row is never decoded (and a
-        class in its state never needs to be importable) on its way to the plane.
+        class in its state never needs to be importable) on its way to the plane. Rows in
+        ``exclude`` are skipped: the drain fetches the next batch while one is in flight.
         """
         self.ready()
-        return self._fetch_unsynced(limit, max_bytes, project_id)
+        return self._fetch_unsynced(limit, max_bytes, project_id, exclude)
 
     def mark_synced(self, keys: Iterable[RowKey]) -> None:
         """Record that the plane has these rows (idempotent)."""
         self.ready()
         self._mark_synced(list(keys), self.clock())
+
+    def mark_sent(self, keys: Iterable[RowKey]) -> None:
+        """Record that one request delivered these rows: :meth:`record_attempt` without an
+        error and :meth:`mark_synced`, in one write where the store can (the drain's ack)."""
+        self.ready()
+        self._mark_sent(list(keys), self.clock())
 
     def mark_quarantined(self, reasons: Mapping[RowKey, str]) -> None:
         """Record rows the plane refused on payload grounds, with its reason (idempotent)."""
@@ -1181,12 +1193,17 @@ class Store(ABC):
     # Outbox primitives: optional. The defaults say the store does not replicate.
 
     def _fetch_unsynced(
-        self, limit: int, max_bytes: int | None, project_id: str | None
+        self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
         raise self._no_outbox()
 
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         raise self._no_outbox()
+
+    def _mark_sent(self, keys: list[RowKey], now: datetime) -> None:
+        # Two writes by default; a store that can flip both in one statement overrides this.
+        self._record_attempt(keys, None)
+        self._mark_synced(keys, now)
 
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
         raise self._no_outbox()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -275,7 +275,7 @@ class ForeignStore(Store):
         raise self._refuse("claim a park")
 
     def _fetch_unsynced(
-        self, limit: int, max_bytes: int | None, project_id: str | None
+        self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
         raise self._refuse("drain the outbox (its own SDK drains it)")
 

@@ -45,7 +45,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -916,7 +916,7 @@ class RedisStore(Store):
     # ------------------------------------------------------------------ outbox
 
     def _fetch_unsynced(
-        self, limit: int, max_bytes: int | None, project_id: str | None
+        self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
         rows: list[EncodedCheckpoint] = []
         stale = _IndexOps()
@@ -934,7 +934,10 @@ class RedisStore(Store):
                     stale.outbox[member] = 0
                 else:
                     row = _undoc(doc, _member_seq(member))
-                    if project_id is None or row.project_id == project_id:
+                    if (project_id is None or row.project_id == project_id) and (
+                        row.thread_id,
+                        row.seq,
+                    ) not in exclude:
                         rows.append(row)
                         if len(rows) == limit:
                             break
