@@ -1771,7 +1771,7 @@ WHERE t.tkey IS NULL
         counting checkpoints and 1 pending writes."""
         if self.provider == "postgres":
             # One statement for the four tables, grouped server-side (a row per thread).
-            cursor.execute(self._sql.sweep_delete, [keys, thread_ids])
+            cursor.execute(self._sql.sweep_delete, [",".join(keys), thread_ids])
             yield from cursor.fetchall()
             return
         # A batch dirties a few thousand pages; in SQLite's default 2 MB cache they spill to the
@@ -1790,18 +1790,9 @@ WHERE t.tkey IS NULL
         finally:
             cursor.execute(f"PRAGMA cache_size = {int(cache)}")
 
-    def _sweep_chunks(
-        self, keys: list[str], thread_ids: list[str]
-    ) -> Iterator[tuple[str, list[Any]]]:
-        """A WHERE clause on ``tkey`` and ``thread_id`` and its parameters, per chunk of the ids.
-
-        Postgres takes them all at once as two binary arrays (``= ANY``): psycopg's parsing of
-        1,000 placeholders cost more than the deletes, and a text array a regex match per id.
-        SQLite takes IN lists of 500.
-        """
-        if self.provider == "postgres":
-            yield "tkey = ANY(%b) AND thread_id = ANY(%b)", [keys, thread_ids]
-            return
+    @staticmethod
+    def _sweep_chunks(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[str, list[Any]]]:
+        """SQLite: a WHERE clause on ``tkey`` and ``thread_id`` and its parameters per 500 ids."""
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ", ".join(["?"] * len(chunk))
@@ -1817,6 +1808,10 @@ WHERE t.tkey IS NULL
         found: set[str] = set()
         action = "check threads are empty"
         with self._read(action) as conn, self._sweep_cursor(action, conn) as cursor:
+            if self.provider == "postgres":
+                cursor.execute(self._sql.sweep_holding, [",".join(keys), thread_ids])
+                found.update(by_key[tkey] for (tkey,) in cursor.fetchall())
+                return found
             for where, params in self._sweep_chunks(keys, thread_ids):
                 cursor.execute(
                     f"SELECT tkey FROM {self._sweep_table(checkpoints)} WHERE {where} "  # noqa: S608
@@ -1949,17 +1944,30 @@ class _HotStatements:
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark} ORDER BY id"
         )
         self._cache: dict[tuple[Any, ...], str] = {}
-        # The sweep's delete on Postgres: every table in one statement, by (tkey, thread_id).
-        deletes = {
-            name: f"DELETE FROM {table(t)} AS t USING ids "  # noqa: S608
-            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id RETURNING t.tkey"
+        # The sweep's statements on Postgres, over a batch of (tkey, thread_id) pairs sent once:
+        # the keys as one comma-joined text (hex never holds a comma), the ids as a binary array
+        # (psycopg dumps a text array with a regex match per element, and placeholder lists of
+        # 1,000 cost it more to parse than the deletes). Each deletes or reads by the pair.
+        ids = (
+            "WITH ids AS (SELECT * FROM unnest(string_to_array(%s, ','), %b::text[]) "
+            "AS ids (tkey, thread_id))"
+        )
+        by_pair = "USING ids WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
+        deletes = ", ".join(
+            f"{name} AS (DELETE FROM {table(t)} AS t {by_pair} RETURNING t.tkey)"  # noqa: S608
             for name, t in (("c", checkpoints), ("w", writes), ("p", parks), ("l", threads))
-        }
-        ctes = ", ".join(f"{name} AS ({sql})" for name, sql in deletes.items())
+        )
+        #: Every table in one statement, counted per thread server-side.
         self.sweep_delete = (
-            "WITH ids AS (SELECT * FROM unnest(%b::text[], %b::text[]) AS ids (tkey, thread_id)), "  # noqa: S608
-            f"{ctes} SELECT tkey, 0, count(*) FROM c GROUP BY tkey "
+            f"{ids}, {deletes} SELECT tkey, 0, count(*) FROM c GROUP BY tkey "  # noqa: S608
             "UNION ALL SELECT tkey, 1, count(*) FROM w GROUP BY tkey"
+        )
+        #: The threads among them still holding a checkpoint or a pending write.
+        self.sweep_holding = (
+            f"{ids} SELECT t.tkey FROM {table(checkpoints)} AS t, ids "  # noqa: S608
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id "
+            f"UNION SELECT t.tkey FROM {table(writes)} AS t, ids "
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
         )
 
     def thread_rows(
