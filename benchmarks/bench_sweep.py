@@ -471,26 +471,35 @@ WHY_SQLITE_NORMAL = (
 #: What the profiles of a miss show, measured while building this benchmark (see RESULTS.md).
 WHY = {
     ("SQLite", "sweep"): (
-        "The SQL is set-based and plain driver SQL (4 `DELETE … WHERE tkey IN (…) AND thread_id "
-        "IN (…) RETURNING` per 500 threads, 1,000 threads per transaction), and nearly all of the "
-        "time is SQLite maintaining the checkpoints table's indexes and writing the pages that "
-        "dirties: `execute`, `commit` (the WAL write) and `fetchall` are 35.5 of the profile's "
-        "44.6 s. Measured with the sqlite3 module on a copy of this store (schema of migration 4), "
-        "one chunk of 500 threads (2,500 rows) takes 0.29 s; 0.22 s with `PRAGMA "
-        "secure_delete=OFF` (this SQLite build defaults it ON, zeroing every deleted cell); 0.12 s "
-        "once the unique `ix_durability_checkpoints_ckey` index is dropped too (its key is a hash, "
-        "so each deleted row dirties a random leaf of a 500,000-entry B-tree); 0.035 s once the "
-        "partial outbox index `ix_durability_outbox_project` is dropped as well (every row of a "
-        "store that is not connected stays `synced = 0`, so every row is in it). SqliteSaver's "
-        "rows have one index, keyed by thread first, so a thread's rows share a leaf. Every thread "
-        "also takes a second, empty delete round (the proof that it is empty)."
+        "The deletes are set-based plain driver SQL (4 `DELETE … WHERE tkey IN (…) AND thread_id "
+        "IN (…)` per 500 threads, 1,000 threads per transaction, in thread-key order, with a 64 MB "
+        "page cache), and most of the time is SQLite's own: `commit` writes the ~4,000 pages a "
+        "batch dirties to the WAL (and every few batches the WAL checkpoint copies them into the "
+        "database and fsyncs), `execute` runs the B-tree deletes. A thread here is 28 B-tree "
+        "deletes (5 checkpoint rows, each in the table, the covering totals index, the by-id "
+        "index, the unique key and the outbox index; a pending write in its table, `wkey` and "
+        "key indexes), where SqliteSaver's is 12 (table and primary key, twice). Per deleted "
+        "thread the sweep writes 35 KB through syscalls where SqliteSaver at FULL writes 61 KB "
+        "and fsyncs, about half of its time (its FULL rate is half its NORMAL one). On the "
+        "deletes alone (the "
+        "first 30,000 threads in key order, sqlite3 module, about 5,900 threads/s as shipped): "
+        "`secure_delete` FAST +10 %, OFF +16 %; the outbox index dropped +10 % (a store that "
+        "never connected keeps every row in it); `synchronous=OFF` +63 %. With only the table, "
+        "the thread-totals index and the writes' `wkey` and `tkey` indexes left, and "
+        "`secure_delete` OFF, it ran about 6,500 threads/s (8,900 by CPU time), 4-5x SqliteSaver at FULL: 10x is out of reach of "
+        "SQLite's B-tree deletes, WAL writes and checkpoint fsyncs for 6 rows a thread on this "
+        "machine, whatever the SQL."
     ),
     ("Postgres", "sweep"): (
-        "The deletes take the ids as two array parameters (`= ANY(%s)`), so the client's share is "
-        "small (dumping the arrays, about 3 s under the profiler); the server's is most of it "
-        "(`wait`, 16.9 of 22.6 s): deleting 600,000 rows and, in the second round that proves "
-        "each batch empty, running the same four DELETEs again. PostgresSaver's `delete_thread` "
-        "is three short prepared DELETEs and a commit per thread."
+        "One statement per 1,000-thread batch deletes from the four tables by (tkey, thread_id) "
+        "pairs sent once (the keys as one joined text, the ids as one binary array); the "
+        "client's share is small and the server's is `wait`. `EXPLAIN (ANALYZE, BUFFERS, WAL)` "
+        "of one batch: 41-64 ms, about 2,000 heap pages dirtied, 6,000 WAL records and "
+        "600-1,100 full-page images (5-9 MB of WAL): every deleted row's heap tuple is marked "
+        "and logged, about 8 µs a row, 4-6.5 s of server time for the 600,000 rows. The `sweep` "
+        "call also plans (the `plan_sweep` row, 1.3-1.8 s of it). 10x PostgresSaver at "
+        "1,200-1,350 threads/s is a whole sweep in 7.4-8.3 s, which the server's deletes and "
+        "the plan fill on a loaded run: runs land either side of the target."
     ),
     ("SQLite", "plan"): (
         "One GROUP BY over the covering `(tkey, seq, created_at, size_bytes)` index plus the "
@@ -498,9 +507,12 @@ WHY = {
         "near the target and moves either side of it with the machine's load."
     ),
     ("Postgres", "plan"): (
-        "The grouped read waits on the server (`wait`, 2.3 of 4.1 s under the profiler) and the "
-        "rest is the per-thread Python also seen on SQLite (records, classification, reasons, "
-        "about 10 µs a thread)."
+        "Two statements in one snapshot, a GROUP BY over the covering thread-totals index "
+        "(500,000 entries) and the ledger: the server's share is `wait`, the rest is reading "
+        "100,000 rows into numpy columns (`_sweep_columns`) and classifying them with array "
+        "operations. The copies are ANALYZEd, not VACUUMed, so the index-only scan visits every "
+        "heap page (one copy: 2.2-2.5 s, 1.5-1.6 s once VACUUMed, as autovacuum would); the "
+        "median crosses the target with the machine's load."
     ),
 }
 

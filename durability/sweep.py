@@ -831,22 +831,22 @@ def _apply(
         total=total, unit="thread", desc="sweep", disable=not progress or total <= batch_size
     ) as bar:
         for horizon, ids in work.items():
-            done: list[DeletedThread] = []
-            for start in range(0, len(ids), batch_size):
-                batch = ids[start : start + batch_size]
+            done: dict[str, Deleted] = {}
+            order = store.delete_order(ids)
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
                 removed, rounds = _delete_until_empty(store, batch)
                 most_rounds = max(most_rounds, rounds)
-                batch_deleted = [
-                    DeletedThread(t, horizon, removed[t].checkpoints, removed[t].writes)
-                    for t in batch
-                ]
                 metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(batch))
                 metrics.SWEEP_DELETED_CHECKPOINTS.labels(horizon=horizon).inc(
-                    sum(d.checkpoints for d in batch_deleted)
+                    sum(d.checkpoints for d in removed.values())
                 )
-                done += batch_deleted
+                done.update(removed)
                 bar.update(len(batch))
-            deleted[horizon] = tuple(done)
+            # Reported in the plan's order, whatever order the store deleted in.
+            deleted[horizon] = tuple(
+                DeletedThread(t, horizon, done[t].checkpoints, done[t].writes) for t in ids
+            )
     return deleted, most_rounds
 
 
@@ -854,12 +854,15 @@ def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Delet
     """Delete ``batch`` until each thread is empty; a round that removed rows may have raced a
     writer, so the threads the store still finds rows in go again (seed 004: up to 100 rounds).
     """
-    totals = {t: Deleted() for t in batch}
+    totals = dict.fromkeys(batch, Deleted())
     pending = batch
     for round_no in range(1, MAX_ROUNDS + 1):
         removed = store.delete_threads(pending)
-        for thread_id, d in removed.items():
-            totals[thread_id] += d
+        if round_no == 1:  # most of what there is: its records as they are, no additions
+            totals.update(removed)
+        else:
+            for thread_id, d in removed.items():
+                totals[thread_id] += d
         raced = [t for t in pending if _removed_any(removed.get(t))]
         holding = store.still_holding(raced) if raced else set()
         pending = [t for t in raced if t in holding]

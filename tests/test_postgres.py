@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from conftest import POSTGRES_URL, postgres_admin
 
 import durability
-from durability import Checkpoint
-from durability.errors import CheckpointStoreFormatError, ConfigError
+from durability import Checkpoint, PendingWrite
+from durability.errors import CheckpointConflict, CheckpointStoreFormatError, ConfigError
 from durability.settings import Settings
 from durability.stores.sql import (
     MIGRATIONS,
@@ -170,6 +170,49 @@ def test_outbox_migration_adds_columns_if_not_exists_and_marks_old_rows_synced(
         }
         store._setup()  # again: nothing to do
         assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(
+    admin: Any, schema: str
+) -> None:
+    """Version 7 swaps the hash-only key indexes for thread-first ones; rows, reads and uniqueness stay."""
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id="t", checkpoint_id="c1"))
+        store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="t", checkpoint_id="c1", task_id="k", idx=0, channel="x", value=1
+                )
+            ]
+        )
+    with admin.begin() as conn:  # the store as version 6 left it
+        for sql in (
+            "DROP INDEX {s}.ix_durability_checkpoints_key",
+            "DROP INDEX {s}.ix_durability_writes_key",
+            "CREATE UNIQUE INDEX ix_durability_checkpoints_ckey ON {s}.durability_checkpoints (ckey)",
+            "CREATE INDEX ix_durability_writes_ckey ON {s}.durability_writes (ckey)",
+            "CREATE INDEX ix_durability_writes_thread ON {s}.durability_writes (tkey)",
+            "DELETE FROM {s}.durability_migrations WHERE version = 7",
+        ):
+            conn.exec_driver_sql(sql.format(s=f'"{schema}"'))
+    with open_pg(schema) as store:
+        assert store.get("t", "c1") is not None
+        assert [w.value for w in store.writes("t", "c1")] == [1]
+        with pytest.raises(CheckpointConflict):
+            store.put(Checkpoint(thread_id="t", checkpoint_id="c1", node_id="other"))
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+    with admin.connect() as conn:
+        indexes = set(
+            conn.exec_driver_sql(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %(s)s", {"s": schema}
+            ).scalars()
+        )
+    assert {"ix_durability_checkpoints_key", "ix_durability_writes_key"} <= indexes
+    assert not indexes & {
+        "ix_durability_checkpoints_ckey",
+        "ix_durability_writes_ckey",
+        "ix_durability_writes_thread",
+    }
 
 
 def test_concurrent_first_use_sets_up_once(schema: str) -> None:

@@ -10,8 +10,14 @@ import pytest
 import sqlalchemy as sa
 
 import durability
-from durability import Checkpoint
-from durability.errors import CheckpointStoreFormatError, ConfigError, StoreError, StoreUnavailable
+from durability import Checkpoint, PendingWrite
+from durability.errors import (
+    CheckpointConflict,
+    CheckpointStoreFormatError,
+    ConfigError,
+    StoreError,
+    StoreUnavailable,
+)
 from durability.settings import Settings
 from durability.stores.base import redact_url
 from durability.stores.sql import (
@@ -54,6 +60,45 @@ def test_a_connection_record_from_before_version_6_survives_the_upgrade(tmp_path
         assert not store.connections()[0].open
         assert store.replicates
         assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: Path) -> None:
+    """Version 7 swaps the hash-only key indexes for thread-first ones; rows, reads and uniqueness stay."""
+    path = tmp_path / "v6.db"
+    with open_sqlite(path) as store:
+        store.put(Checkpoint(thread_id="t", checkpoint_id="c1"))
+        store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="t", checkpoint_id="c1", task_id="k", idx=0, channel="x", value=1
+                )
+            ]
+        )
+    with sqlite3.connect(path) as raw:  # the store as version 6 left it
+        raw.executescript(
+            """
+            DROP INDEX ix_durability_checkpoints_key;
+            DROP INDEX ix_durability_writes_key;
+            CREATE UNIQUE INDEX ix_durability_checkpoints_ckey ON durability_checkpoints (ckey);
+            CREATE INDEX ix_durability_writes_ckey ON durability_writes (ckey);
+            CREATE INDEX ix_durability_writes_thread ON durability_writes (tkey);
+            DELETE FROM durability_migrations WHERE version = 7;
+            """
+        )
+    with open_sqlite(path) as store:
+        assert store.get("t", "c1") is not None
+        assert [w.value for w in store.writes("t", "c1")] == [1]
+        with pytest.raises(CheckpointConflict):
+            store.put(Checkpoint(thread_id="t", checkpoint_id="c1", node_id="other"))
+        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+    with sqlite3.connect(path) as raw:
+        indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"ix_durability_checkpoints_key", "ix_durability_writes_key"} <= indexes
+    assert not indexes & {
+        "ix_durability_checkpoints_ckey",
+        "ix_durability_writes_ckey",
+        "ix_durability_writes_thread",
+    }
 
 
 def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:

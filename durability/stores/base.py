@@ -353,6 +353,21 @@ def check_id(value: object, what: str, *, action: str, allow_empty: bool = False
     return value
 
 
+def check_ids(values: Sequence[str], what: str, *, action: str) -> None:
+    """:func:`check_id` on every value, in one pass over their joined text when all are fine.
+
+    The sweep checks each id it deletes twice; one by one, that was a tenth of a Postgres
+    sweep's Python time. Python's UTF-8 codec refuses every surrogate code point, so two
+    halves that meet in the joined text are still caught.
+    """
+    if all(isinstance(v, str) and 0 < len(v) <= MAX_ID_LENGTH for v in values):
+        joined = "".join(values)
+        if "\x00" not in joined and not _has_lone_surrogate(joined):
+            return
+    for value in values:
+        check_id(value, what, action=action)
+
+
 def _has_lone_surrogate(value: str) -> bool:
     try:
         value.encode("utf-8")
@@ -1395,6 +1410,14 @@ class Store(ABC):
         self.ready()
         return self._sweep_columns()
 
+    def delete_order(self, thread_ids: Sequence[str]) -> list[str]:
+        """These threads in the order the sweep should batch them for :meth:`delete_threads`.
+
+        The default keeps the given order. The SQL store sorts by thread key, the leading
+        column of the indexes a delete rewrites, so one batch's entries share index leaves.
+        """
+        return list(thread_ids)
+
     def delete_threads(self, thread_ids: Sequence[str]) -> dict[str, Deleted]:
         """Delete several threads as :meth:`delete_thread` does; what each held, by id.
 
@@ -1402,8 +1425,7 @@ class Store(ABC):
         in one transaction per call; others thread by thread.
         """
         ids = list(dict.fromkeys(thread_ids))
-        for thread_id in ids:
-            self._check_thread(thread_id, "", "delete threads")
+        check_ids(ids, "thread_id", action="delete threads")
         self.ready()
         return self._delete_threads(ids) if ids else {}
 
@@ -1414,8 +1436,7 @@ class Store(ABC):
         answers with one query; the default cannot tell cheaply and answers every id, so the
         sweep deletes them once more and that round's delete is the check.
         """
-        for thread_id in thread_ids:
-            self._check_thread(thread_id, "", "check threads are empty")
+        check_ids(thread_ids, "thread_id", action="check threads are empty")
         self.ready()
         return self._still_holding(list(dict.fromkeys(thread_ids))) if thread_ids else set()
 

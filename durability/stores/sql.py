@@ -77,6 +77,9 @@ from durability.stores.base import (
     redact_url,
 )
 
+#: SQLite page cache of a sweep's delete transaction, in KiB (the connection's own is restored).
+SWEEP_CACHE_KIB = 65536
+
 #: Postgres ``work_mem`` of an analysis read's transaction (its sorts and hashes stay in memory).
 ANALYSIS_WORK_MEM = "64MB"
 
@@ -239,8 +242,6 @@ _OUTBOX_INDEXES = (
         postgresql_where=_quarantined,
     ),
 )
-sa.Index("ix_durability_writes_ckey", writes.c.ckey)
-sa.Index("ix_durability_writes_thread", writes.c.tkey)
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 
 
@@ -252,7 +253,11 @@ def _create(conn: SAConnection, table: sa.Table) -> None:
 
 
 def _migration_base(conn: SAConnection) -> None:
-    """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet)."""
+    """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet).
+
+    The writes table is created with its indexes of today (version 7 moved them; its columns
+    never changed), so on a new store version 7 finds nothing to do.
+    """
     for table in (meta_table, writes, threads, parks):
         _create(conn, table)
     _create(conn, _checkpoint_table(sa.MetaData(), outbox=False))
@@ -374,6 +379,34 @@ def _migration_connection_closed(conn: SAConnection) -> None:
         _add_column(conn, connections, "disconnected_at", "BIGINT")
 
 
+_KEY_INDEXES = (
+    sa.Index("ix_durability_checkpoints_key", checkpoints.c.tkey, checkpoints.c.ckey, unique=True),
+    sa.Index("ix_durability_writes_key", writes.c.tkey, writes.c.ckey),
+)
+
+
+def _migration_thread_first_keys(conn: SAConnection) -> None:
+    """Version 7: the checkpoint hash is indexed after its thread's hash, ``(tkey, ckey)``.
+
+    ``ckey`` alone is a hash, so a thread's checkpoints sat on unrelated leaves of a B-tree as
+    large as the table's row count: deleting a thread dirtied one leaf per row, and a 1,000-thread
+    sweep transaction rewrote most of that index. Thread first, a thread's entries share a leaf
+    (they are deleted together), and the writes' ``(tkey, ckey)`` replaces both their ``ckey`` and
+    ``tkey`` indexes. The unique index is built before the old one goes, so uniqueness never
+    lapses; every read by ``ckey`` also names its ``tkey``.
+    """
+    for index in _KEY_INDEXES:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    schema = _schema_of(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for old in (
+        "ix_durability_checkpoints_ckey",
+        "ix_durability_writes_ckey",
+        "ix_durability_writes_thread",
+    ):
+        conn.exec_driver_sql(f"DROP INDEX IF EXISTS {quote(schema) + '.' + old if schema else old}")
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _migration_base),
@@ -382,6 +415,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread totals index", _migration_sweep_index),
     ("checkpoints by id index", _migration_by_id_index),
     ("connection records kept at disconnect", _migration_connection_closed),
+    ("thread-first key indexes", _migration_thread_first_keys),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -393,8 +427,9 @@ def _hash(*parts: str) -> str:
 
 
 def thread_key(thread_id: str) -> str:
-    """The indexed 128-bit hash of a thread id."""
-    return _hash(thread_id)
+    """The indexed 128-bit hash of a thread id (``_hash(thread_id)``, without the join: a sweep
+    hashes every id three times)."""
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def checkpoint_key(thread_id: str, namespace: str, checkpoint_id: str) -> str:
@@ -836,9 +871,8 @@ class SQLStore(Store):
 
     def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
         """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
-        key = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
         found = conn.exec_driver_sql(
-            self._sql.get, (key, row.thread_id, row.namespace, row.checkpoint_id)
+            self._sql.get, _get_params(row.thread_id, row.namespace, row.checkpoint_id)
         ).first()
         if found is None:
             return None
@@ -860,9 +894,8 @@ class SQLStore(Store):
 
     @_reconnecting
     def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
-        key = checkpoint_key(thread_id, namespace, checkpoint_id)
         found = self._rows(
-            "read a checkpoint", self._sql.get, (key, thread_id, namespace, checkpoint_id)
+            "read a checkpoint", self._sql.get, _get_params(thread_id, namespace, checkpoint_id)
         )
         return found[0] if found else None
 
@@ -908,9 +941,10 @@ class SQLStore(Store):
 
     @_reconnecting
     def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
-        key = checkpoint_key(thread_id, namespace, checkpoint_id)
         found = self._execute(
-            "read pending writes", self._sql.writes, (key, thread_id, namespace, checkpoint_id)
+            "read pending writes",
+            self._sql.writes,
+            _get_params(thread_id, namespace, checkpoint_id),
         )
         return [EncodedWrite(*r) for r in found]
 
@@ -939,7 +973,7 @@ class SQLStore(Store):
         with self._read("read pending writes") as conn:
             for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
                 query = _SELECT_WRITES.where(
-                    writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id
+                    *_thread(thread_id, writes), writes.c.ckey.in_(chunk)
                 ).order_by(writes.c.id)
                 for r in conn.execute(query):
                     key = (r.namespace, r.checkpoint_id)
@@ -958,8 +992,8 @@ class SQLStore(Store):
         interrupt_context: str,
     ) -> bool:
         where = (
+            *_thread(thread_id),
             checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
-            checkpoints.c.thread_id == thread_id,
             checkpoints.c.namespace == namespace,
             checkpoints.c.checkpoint_id == checkpoint_id,
         )
@@ -988,12 +1022,10 @@ class SQLStore(Store):
         with self._write("delete checkpoints") as conn:
             for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
                 removed += conn.execute(
-                    checkpoints.delete().where(
-                        checkpoints.c.ckey.in_(chunk), checkpoints.c.thread_id == thread_id
-                    )
+                    checkpoints.delete().where(*_thread(thread_id), checkpoints.c.ckey.in_(chunk))
                 ).rowcount
                 removed_writes += conn.execute(
-                    writes.delete().where(writes.c.ckey.in_(chunk), writes.c.thread_id == thread_id)
+                    writes.delete().where(*_thread(thread_id, writes), writes.c.ckey.in_(chunk))
                 ).rowcount
         return Deleted(checkpoints=removed, writes=removed_writes)
 
@@ -1733,55 +1765,78 @@ WHERE t.tkey IS NULL
             expires_at=from_micros(expires),
         )
 
+    def delete_order(self, thread_ids: Sequence[str]) -> list[str]:
+        # By thread key: the indexes a delete rewrites lead with it, so a batch of neighbouring
+        # keys rewrites a run of adjacent leaves, where ids in any other order land on a random
+        # leaf each (1,000 threads of a 100,000-thread store: about 80 leaves per index instead
+        # of about 1,000).
+        return sorted(thread_ids, key=thread_key)
+
     @_reconnecting  # a dropped connection rolls the transaction back: sending it again is sound
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        # Set-based: four DELETEs per chunk of ids, all in one transaction, counting what went
-        # by thread key from RETURNING (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
-        # Plain driver SQL on the transaction's cursor, every value a bound parameter:
-        # compiling SQLAlchemy's expanding IN lists cost a sixth of a sweep, and on Postgres
-        # psycopg's parsing of 1,000 placeholders cost more than the deletes, so Postgres
-        # takes the whole call's ids as two array parameters (= ANY) instead.
-        by_key = {thread_key(t): t for t in thread_ids}
+        # Set-based, in one transaction, on the transaction's cursor with plain driver SQL and
+        # every value bound (compiling SQLAlchemy's expanding IN lists cost a sixth of a sweep).
+        # What went is counted by thread key (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
+        keys = [thread_key(t) for t in thread_ids]
+        by_key = dict(zip(keys, thread_ids, strict=True))
         counts = {t: [0, 0] for t in thread_ids}
-        arrays = self.provider == "postgres"
         with (
             self._write("delete threads") as conn,
             self._sweep_cursor("delete threads", conn) as cursor,
         ):
-            for chunk in [thread_ids] if arrays else _chunks(thread_ids):
-                keys = [thread_key(t) for t in chunk]
-                params: list[Any] = [keys, chunk] if arrays else [*keys, *chunk]
-                for table, slot in ((checkpoints, 0), (writes, 1), (parks, None), (threads, None)):
-                    cursor.execute(self._sweep_delete_sql(table, len(chunk), slot), params)
-                    if slot is not None:
-                        for (tkey,) in cursor.fetchall():
-                            counts[by_key[tkey]][slot] += 1
+            for tkey, slot, n in self._sweep_deletes(cursor, keys, thread_ids):
+                counts[by_key[tkey]][slot] += n
         return {t: Deleted(checkpoints=n, writes=w) for t, (n, w) in counts.items()}
 
-    def _sweep_delete_sql(self, table: sa.Table, size: int, slot: int | None) -> str:
-        sql = f"DELETE FROM {self._sweep_table(table)} WHERE {self._sweep_where(size)}"  # noqa: S608 - quoted identifiers only
-        return sql if slot is None else sql + " RETURNING tkey"
-
-    def _sweep_where(self, size: int) -> str:
-        """``tkey`` and ``thread_id`` among the call's ids: two arrays on Postgres, IN lists on SQLite."""
+    def _sweep_deletes(
+        self, cursor: Any, keys: list[str], thread_ids: list[str]
+    ) -> Iterator[tuple[str, int, int]]:
+        """Delete the threads from the four tables; ``(tkey, slot, rows)`` for what went, slot 0
+        counting checkpoints and 1 pending writes."""
         if self.provider == "postgres":
-            return "tkey = ANY(%s) AND thread_id = ANY(%s)"
-        marks = ", ".join([self._sql.mark] * size)
-        return f"tkey IN ({marks}) AND thread_id IN ({marks})"
+            # One statement for the four tables, grouped server-side (a row per thread).
+            cursor.execute(self._sql.sweep_delete, [",".join(keys), thread_ids])
+            yield from cursor.fetchall()
+            return
+        # A batch dirties a few thousand pages; in SQLite's default 2 MB cache they spill to the
+        # WAL mid-transaction and are read back, so the transaction gets 64 MB, given back after.
+        (cache,) = cursor.execute("PRAGMA cache_size").fetchone()
+        cursor.execute(f"PRAGMA cache_size = -{SWEEP_CACHE_KIB}")
+        try:
+            for where, params in self._sweep_chunks(keys, thread_ids):
+                for table, slot in ((checkpoints, 0), (writes, 1), (parks, None), (threads, None)):
+                    sql = f"DELETE FROM {self._sweep_table(table)} WHERE {where}"  # noqa: S608
+                    if slot is None:
+                        cursor.execute(sql, params)
+                    else:
+                        cursor.execute(sql + " RETURNING tkey", params)
+                        yield from ((tkey, slot, 1) for (tkey,) in cursor.fetchall())
+        finally:
+            cursor.execute(f"PRAGMA cache_size = {int(cache)}")
+
+    @staticmethod
+    def _sweep_chunks(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[str, list[Any]]]:
+        """SQLite: a WHERE clause on ``tkey`` and ``thread_id`` and its parameters per 500 ids."""
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ", ".join(["?"] * len(chunk))
+            where = f"tkey IN ({marks}) AND thread_id IN ({marks})"
+            yield where, [*chunk, *thread_ids[start : start + 500]]
 
     @_reconnecting
     def _still_holding(self, thread_ids: list[str]) -> set[str]:
         # One read instead of a second round of four DELETEs that would find nothing: on a
         # 20,000-thread Postgres sweep it took 7,700 threads/s to 13,100 (benchmarks/RESULTS.md).
-        by_key = {thread_key(t): t for t in thread_ids}
-        arrays = self.provider == "postgres"
+        keys = [thread_key(t) for t in thread_ids]
+        by_key = dict(zip(keys, thread_ids, strict=True))
         found: set[str] = set()
         action = "check threads are empty"
         with self._read(action) as conn, self._sweep_cursor(action, conn) as cursor:
-            for chunk in [thread_ids] if arrays else _chunks(thread_ids):
-                keys = [thread_key(t) for t in chunk]
-                params: list[Any] = [keys, chunk] if arrays else [*keys, *chunk]
-                where = self._sweep_where(len(chunk))
+            if self.provider == "postgres":
+                cursor.execute(self._sql.sweep_holding, [",".join(keys), thread_ids])
+                found.update(by_key[tkey] for (tkey,) in cursor.fetchall())
+                return found
+            for where, params in self._sweep_chunks(keys, thread_ids):
                 cursor.execute(
                     f"SELECT tkey FROM {self._sweep_table(checkpoints)} WHERE {where} "  # noqa: S608
                     f"UNION SELECT tkey FROM {self._sweep_table(writes)} WHERE {where}",
@@ -1859,8 +1914,14 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _thread(thread_id: str) -> tuple[sa.ColumnElement[bool], ...]:
-    return (checkpoints.c.tkey == thread_key(thread_id), checkpoints.c.thread_id == thread_id)
+def _thread(thread_id: str, table: sa.Table = checkpoints) -> tuple[sa.ColumnElement[bool], ...]:
+    return (table.c.tkey == thread_key(thread_id), table.c.thread_id == thread_id)
+
+
+def _get_params(thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str, ...]:
+    """The parameters of ``_HotStatements.get`` and ``.writes``: the two hashes, then the ids."""
+    key = checkpoint_key(thread_id, namespace, checkpoint_id)
+    return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
 
 
 _INSERT_MANY = checkpoints.insert().returning(checkpoints.c.seq, sort_by_parameter_order=True)
@@ -1897,15 +1958,40 @@ class _HotStatements:
         self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
         self.columns = ", ".join(quote(c.name) for c in _ROW_COLUMNS)
         self.get = (
-            f"SELECT {self.columns} FROM {self.table} WHERE ckey = {mark} AND thread_id = {mark} "  # noqa: S608
-            f"AND namespace = {mark} AND checkpoint_id = {mark}"
+            f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
+            f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
         )
         write_columns = ", ".join(quote(c.name) for c in _WRITE_COLUMNS)
         self.writes = (
-            f"SELECT {write_columns} FROM {table(writes)} WHERE ckey = {mark} "  # noqa: S608
+            f"SELECT {write_columns} FROM {table(writes)} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark} ORDER BY id"
         )
         self._cache: dict[tuple[Any, ...], str] = {}
+        # The sweep's statements on Postgres, over a batch of (tkey, thread_id) pairs sent once:
+        # the keys as one comma-joined text (hex never holds a comma), the ids as a binary array
+        # (psycopg dumps a text array with a regex match per element, and placeholder lists of
+        # 1,000 cost it more to parse than the deletes). Each deletes or reads by the pair.
+        ids = (
+            "WITH ids AS (SELECT * FROM unnest(string_to_array(%s, ','), %b::text[]) "
+            "AS ids (tkey, thread_id))"
+        )
+        by_pair = "USING ids WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
+        deletes = ", ".join(
+            f"{name} AS (DELETE FROM {table(t)} AS t {by_pair} RETURNING t.tkey)"  # noqa: S608
+            for name, t in (("c", checkpoints), ("w", writes), ("p", parks), ("l", threads))
+        )
+        #: Every table in one statement, counted per thread server-side.
+        self.sweep_delete = (
+            f"{ids}, {deletes} SELECT tkey, 0, count(*) FROM c GROUP BY tkey "  # noqa: S608
+            "UNION ALL SELECT tkey, 1, count(*) FROM w GROUP BY tkey"
+        )
+        #: The threads among them still holding a checkpoint or a pending write.
+        self.sweep_holding = (
+            f"{ids} SELECT t.tkey FROM {table(checkpoints)} AS t, ids "  # noqa: S608
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id "
+            f"UNION SELECT t.tkey FROM {table(writes)} AS t, ids "
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
+        )
 
     def thread_rows(
         self,
