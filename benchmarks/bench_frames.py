@@ -57,6 +57,13 @@ TARGETS = {  # (frame, backend) -> (seconds, peak MB or None)
 }
 #: Why a missed target was missed (what the profiles below each one show).
 WHY = {
+    "checkpoints": (
+        "Most of the call is SQLite handing over the rows (`fetchmany`, the 1,000,000 rows of "
+        "the columns asked for, in chunks); the rest is the typed columns (joining the id "
+        "strings, the datetimes). The peer row is pandas reading the same columns with "
+        "`read_sql_query` in the same run: the frame is within about 10 % of it while holding "
+        "less memory, so the miss is the machine's speed in that run more than the frame's code."
+    ),
     "threads": (
         "Most of the call is the store running its one query (SQLite: `execute` + `fetchmany`; "
         "Postgres: psycopg's `wait` while the server runs it): the `LAG` window sorts every "
@@ -273,11 +280,13 @@ def main() -> None:
             if backend in urls:
                 plan += [("threads", backend, urls[backend]), ("retention", backend, urls[backend])]
         results: dict[tuple[str, str], list[dict[str, float]]] = {(f, b): [] for f, b, _ in plan}
+        load_at_start = os.getloadavg()[0]
         for run in range(args.runs):  # interleaved: load drift hits every subject alike
             for frame, backend, url in plan:
                 results[(frame, backend)].append(measure(frame, url))
             print(f"run {run + 1} done", file=sys.stderr)
-        text = report(args, backends, results, built, urls)
+        load = (load_at_start, os.getloadavg()[0])
+        text = report(args, backends, results, built, urls, load)
     finally:
         if "postgres" in urls:
             _drop_schema(args.pg_url, schema)
@@ -297,6 +306,7 @@ def report(
     results: dict[tuple[str, str], list[dict[str, float]]],
     built: dict[str, float],
     urls: dict[str, str],
+    load: tuple[float, float],
 ) -> str:
     med = {
         key: {m: statistics.median(r[m] for r in runs) for m in ("seconds", "peak_mb", "rows")}
@@ -309,8 +319,9 @@ def report(
         f"{date.today().isoformat()}, Python {platform.python_version()}, durability "
         f"{durability.__version__}, pandas {version('pandas')}, numpy {version('numpy')}, SQLite "
         f"{sqlite3.sqlite_version}, SQLAlchemy {version('sqlalchemy')}, psycopg {version('psycopg')}; "
-        f"{platform.machine()}, {os.cpu_count()} cores shared with four other jobs running at the "
-        f"same time (their tests and benchmarks), so absolute times carry that load. Medians of "
+        f"{platform.machine()}, {os.cpu_count()} cores, load average {load[0]:.1f} at the start "
+        f"and {load[1]:.1f} at the end (the VM's speed varies between sessions: compare with the "
+        "peer row of the same run, not with earlier runs). Medians of "
         f"{args.runs} interleaved runs, each a fresh process: the frame call's wall time and the "
         "process's peak RSS (Python, pandas and the store included).",
         "",

@@ -98,7 +98,7 @@ def main() -> None:
         + "\n\nNo peer runs these notebooks. The one-cell row is the floor every notebook pays "
         "(kernel start, shutdown); the rest is imports (pandas, matplotlib, ipywidgets: about 2 s "
         "in a cold kernel), the frames and sweep plans over the demo's 51 threads, and rendering "
-        "the charts to PNG. Other helpers' test suites shared the 2 cores during the runs.\n"
+        "the charts to PNG. The load average at the start is in the line above; the VM's speed also varies between sessions (the floor row is the yardstick).\n"
     )
     print(section)
     if not args.no_write:
