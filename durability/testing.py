@@ -657,6 +657,42 @@ def check_newest_first_is_checkpoint_id_order(target: StoreTarget) -> None:
 
 
 @check
+def check_writes_of_many_checkpoints(target: StoreTarget) -> None:
+    """writes_of returns each asked checkpoint's writes, in order, however many are asked."""
+    with target.open() as store:
+        ids = [f"c{i:04d}" for i in range(603)]
+        with_writes = {ids[0], ids[2], ids[499], ids[500], ids[501], ids[-1]}
+        store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="t-many",
+                    checkpoint_id=cid,
+                    task_id="t",
+                    idx=i,
+                    channel="c",
+                    value=cid,
+                )
+                for cid in sorted(with_writes)
+                for i in range(2)
+            ]
+        )
+        store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="t-other", checkpoint_id=ids[0], task_id="t", idx=0, channel="c"
+                )
+            ]
+        )
+        for asked in (ids[:3], ids):  # an odd count, and more than one statement's worth
+            got = store.writes_of("t-many", [("", cid) for cid in asked])
+            assert sorted(got) == [("", cid) for cid in asked]
+            for cid in asked:
+                expected = [cid, cid] if cid in with_writes else []
+                assert [w.value for w in got[("", cid)]] == expected, cid
+                assert [w.idx for w in got[("", cid)]] == list(range(len(expected)))
+
+
+@check
 def check_set_status(target: StoreTarget) -> None:
     """set_status changes status and interrupt fields of one stored checkpoint, keeping size_bytes true."""
     with target.open() as store:

@@ -970,15 +970,17 @@ class SQLStore(Store):
     ) -> dict[CheckpointKey, list[EncodedWrite]]:
         found: dict[CheckpointKey, list[EncodedWrite]] = {}
         wanted = set(keys)
-        with self._read("read pending writes") as conn:
-            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
-                query = _SELECT_WRITES.where(
-                    *_thread(thread_id, writes), writes.c.ckey.in_(chunk)
-                ).order_by(writes.c.id)
-                for r in conn.execute(query):
-                    key = (r.namespace, r.checkpoint_id)
-                    if key in wanted:
-                        found.setdefault(key, []).append(EncodedWrite(*r))
+        tkey = thread_key(thread_id)
+        for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+            # Padded with its last key to one of a few sizes, so a handful of statements serve
+            # every call (a repeated value in an IN list matches nothing twice).
+            size = _padded_size(len(chunk))
+            params = (tkey, thread_id, *chunk, *[chunk[-1]] * (size - len(chunk)))
+            for r in self._execute("read pending writes", self._sql.writes_of(size), params):
+                write = EncodedWrite(*r)
+                key = (write.namespace, write.checkpoint_id)
+                if key in wanted:  # the keys are hashes: the ids decide
+                    found.setdefault(key, []).append(write)
         return found
 
     @_reconnecting
@@ -1906,10 +1908,6 @@ _WRITE_COLUMNS = [
 ]
 
 
-# Built once: coercing two dozen columns costs more than running the query it selects.
-_SELECT_WRITES = sa.select(*_WRITE_COLUMNS)
-
-
 def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -1961,9 +1959,10 @@ class _HotStatements:
             f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
         )
-        write_columns = ", ".join(quote(c.name) for c in _WRITE_COLUMNS)
+        self.write_columns = ", ".join(quote(c.name) for c in _WRITE_COLUMNS)
+        self.writes_table = table(writes)
         self.writes = (
-            f"SELECT {write_columns} FROM {table(writes)} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
+            f"SELECT {self.write_columns} FROM {self.writes_table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark} ORDER BY id"
         )
         self._cache: dict[tuple[Any, ...], str] = {}
@@ -2024,6 +2023,19 @@ class _HotStatements:
                 if limit:
                     sql += f" LIMIT {mark}"
             self._cache[key] = sql
+        return sql
+
+    def writes_of(self, count: int) -> str:
+        """A thread's pending writes under ``count`` checkpoint keys, in write order."""
+        key = ("writes_of", count)
+        sql = self._cache.get(key)
+        if sql is None:
+            marks = ", ".join([self.mark] * count)
+            sql = self._cache[key] = (
+                f"SELECT {self.write_columns} FROM {self.writes_table} "  # noqa: S608
+                f"WHERE tkey = {self.mark} AND thread_id = {self.mark} AND ckey IN ({marks}) "
+                "ORDER BY id"
+            )
         return sql
 
     def latest(self, *, namespace: bool) -> str:
@@ -2148,9 +2160,18 @@ def _park(row: Any) -> Park:
     )
 
 
-def _chunks(values: list[_T], size: int = 500) -> Iterator[list[_T]]:
+#: How many values one statement's IN list or batch takes.
+_CHUNK = 500
+
+
+def _chunks(values: list[_T], size: int = _CHUNK) -> Iterator[list[_T]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+def _padded_size(n: int) -> int:
+    """``n`` rounded up to a power of two, at most one chunk (``_chunks``'s size)."""
+    return min(1 << (n - 1).bit_length(), _CHUNK)
 
 
 #: A pooled Postgres connection idle longer than this is pinged with a round trip on checkout.
