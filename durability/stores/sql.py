@@ -1951,6 +1951,8 @@ class _HotStatements:
         self.by_id = (
             'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
         )
+        #: ``(tkey, namespace, checkpoint_id)`` is indexed (migration 5, SQLite only).
+        self.id_indexed = dialect.name == "sqlite"
         names = ", ".join(quote(c) for c in self._INSERTED)
         marks = ", ".join([mark] * len(self._INSERTED))
         self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
@@ -2014,8 +2016,9 @@ class _HotStatements:
             if before:
                 where += f" AND {self.by_id} < {mark}"
             order = f"{self.by_id} DESC" if by_id else "seq"
-            if limit and by_id:
-                # Pick the rows by id first, so the sort never carries the payload columns.
+            if limit and by_id and not (namespace and self.id_indexed):
+                # Pick the rows by id first, so the sort never carries the payload columns (with
+                # a namespace on SQLite, migration 5's index gives the order and nothing sorts).
                 where = f"seq IN (SELECT seq FROM {self.table} WHERE {where} ORDER BY {order} LIMIT {mark})"  # noqa: S608
                 sql = f"SELECT {self.columns} FROM {self.table} WHERE {where} ORDER BY {order}"  # noqa: S608
             else:
