@@ -34,6 +34,8 @@ the name), ``chain`` for a flow (seed 000).
 
 The rules (DESIGN §9, seed 004 "Who marks a thread finished"):
 
+* Step mode (``max_steps=`` on start and resume, :meth:`Runner.step` for one step) stops a run
+  between two steps with no row written: it continues on the next resume or step.
 * A running run holds a lease on its thread, renewed by a :class:`~durability.heartbeat.Heartbeat`
   and before every write (so a run that lost its lease never writes over the worker that took
   it); a lost lease stops the run with :class:`~durability.errors.LeaseLost`.
@@ -121,6 +123,9 @@ REASON_TIMEOUT = "timeout"
 
 #: A run waiting on an ask (its park is pending).
 PARKED = "parked"
+#: A run stopped between two steps in step mode (``max_steps``): no run end, no park, no lease;
+#: it continues on the next resume or step.
+PAUSED = "paused"
 
 #: Longest error text a run end keeps.
 MAX_ERROR_TEXT = 4000
@@ -248,6 +253,7 @@ class Runner:
         control: RunControl | None = None,
         deployment_store: Store | None = None,
         project_id: str = "",
+        max_steps: int | None = None,
     ) -> RunResult:
         """Run the steps from the first, on a new run of ``thread_id`` (minted when ``None``).
 
@@ -256,13 +262,16 @@ class Runner:
         Refused before anything is written when the declared retention exceeds the store's
         platform values, or when the thread holds a parked run (resume or stop that first).
         ``project_id`` stamps the run's rows: the connection of that project replicates them.
+        ``max_steps`` runs in step mode: at most that many steps, then the run pauses
+        (:data:`PAUSED`) if steps remain — no run end and no finished mark, as at a park.
 
         Returns the run's :class:`RunResult`: completed, failed (a step's exception is recorded
-        in the run end, not raised) or parked. Raises :class:`~durability.errors.LeaseHeld` when
+        in the run end, not raised), parked or paused. Raises :class:`~durability.errors.LeaseHeld` when
         another worker is running the thread, :class:`~durability.errors.LeaseLost` when the run
         lost its lease.
         """
         action = f"start runner {self.name!r}"
+        _check_max_steps(max_steps, action)
         minted = thread_id is None
         thread = str(uuid.uuid4()) if thread_id is None else thread_id
         check_id(thread, "thread_id", action=action)
@@ -292,7 +301,7 @@ class Runner:
                 )
             held.begin()
             held.write(first)
-            return held.execute(state, position=-1)
+            return held.execute(state, position=-1, max_steps=max_steps)
 
     def resume(
         self,
@@ -304,13 +313,15 @@ class Runner:
         deployment_store: Store | None = None,
         connection: Connection | None = None,
         project_id: str | None = None,
+        max_steps: int | None = None,
     ) -> RunResult:
         """Continue the thread's latest run: after its last completed step, or with ``value``.
 
         * parked: ``value`` answers the ask; the parked step runs again and its
           ``ctx.interrupt`` returns ``value``. Of competing resumers exactly one wins; the
           others get :class:`~durability.errors.AlreadyResumed`.
-        * killed mid-step, or lost its lease: resumes after its last completed step.
+        * killed mid-step, lost its lease, or paused in step mode: resumes after its last
+          completed step.
         * failed (any reason): resumes after its last real step, with the state it had there.
         * completed: refused with :class:`~durability.errors.RunNotResumable`.
 
@@ -319,8 +330,10 @@ class Runner:
         plane when connected (``connection``, else the store's active connection) and
         ``DURABILITY_RESTORE_FROM_PLANE`` allows it (:func:`locate_thread`). The rows it writes
         belong to ``project_id``; by default the run's own project, else ``connection``'s.
+        ``max_steps`` continues in step mode, as for :meth:`start` (see :meth:`step`).
         """
         action = f"resume thread {thread_id!r}"
+        _check_max_steps(max_steps, action)
         if project_id is not None:
             check_id(project_id, "project_id", action=action, allow_empty=True)
         if value is not NO_VALUE:
@@ -356,13 +369,31 @@ class Runner:
                             f"`durability runs {redact_url(store.url)}`"
                         )
                 held.begin()
-                return held.execute(source.state, position=self._position(source), value=value)
+                return held.execute(
+                    source.state, position=self._position(source), value=value, max_steps=max_steps
+                )
         except LeaseHeld as exc:
             raise AlreadyResumed(
                 f"cannot resume thread {thread_id!r}: another worker holds its lease (it resumed "
                 "the run first, or it was killed and its lease has not expired yet); one worker "
                 f"runs a thread at a time. {exc}"
             ) from exc
+
+    def step(
+        self,
+        store: Store,
+        thread_id: str,
+        value: Any = NO_VALUE,
+        **options: Any,
+    ) -> RunResult:
+        """Run the thread's latest run one step further, then pause it (step mode).
+
+        :meth:`resume` with ``max_steps=1`` (same rules, same ``options``): the thread and the
+        session threads a flow owns are taken out of the finished set when the step starts and
+        not marked at the pause; the step that completes the run writes its run end and marks
+        them as a terminal does. A parked run's step is its asked step, run with ``value``.
+        """
+        return self.resume(store, thread_id, value, max_steps=1, **options)
 
     def fork(
         self,
@@ -569,7 +600,7 @@ class Flow(Runner):
     session thread it owns — an agent node whose template contains ``{flow_run_id}``, in the
     deployment's ledger (``deployment_store``, default the flow's store) — finished at every
     terminal (success, error, stop, abort), never at a pause, and takes them all out of the
-    finished set whenever a run starts on the session (fresh, restart, resume).
+    finished set whenever a run starts on the session (fresh, restart, resume, step).
     """
 
     kind = "flow"
@@ -803,8 +834,8 @@ class RunResult:
     """Where a run stands after an operation.
 
     ``status`` is ``completed``, ``failed`` (``reason``: error, cancelled, aborted, timeout;
-    ``error``: ``"<ExceptionClass>: <message>"`` for an error) or ``parked`` (``park``: the
-    pending ask). ``state`` is the run's state at that point; ``last_step`` the last step whose
+    ``error``: ``"<ExceptionClass>: <message>"`` for an error), ``parked`` (``park``: the
+    pending ask) or ``paused`` (step mode stopped it between two steps). ``state`` is the run's state at that point; ``last_step`` the last step whose
     effect it holds. ``exception`` is the live exception of a failed step, in-process only.
     """
 
@@ -938,10 +969,19 @@ class _Execution:
             f"without a run end: {exc}"
         )
 
-    def execute(self, state: Any, *, position: int, value: Any = NO_VALUE) -> RunResult:
-        """Run the steps after ``position``; the first gets ``value`` as its resume value."""
+    def execute(
+        self, state: Any, *, position: int, value: Any = NO_VALUE, max_steps: int | None = None
+    ) -> RunResult:
+        """Run the steps after ``position``; the first gets ``value`` as its resume value.
+
+        With ``max_steps``, pause after that many completed steps when more remain.
+        """
         steps = self.run.runner.steps
+        last = len(steps) if max_steps is None else position + max_steps  # last index to run
+        written = ""  # the id of the last step row this execution wrote
         for index in range(position + 1, len(steps)):
+            if index > last:
+                return self.pause(state, position, written)
             reason = self._stop_reason()
             if reason is not None:
                 return self.end(state, FAILED, position, reason=reason)
@@ -962,7 +1002,7 @@ class _Execution:
             if self._stop_reason() == REASON_ABORTED:  # the step's output is discarded
                 return self.end(state, FAILED, position, reason=REASON_ABORTED)
             try:
-                self.write(
+                written = self.write(
                     self.run.row(
                         step.name,
                         index,
@@ -971,11 +1011,31 @@ class _Execution:
                         node_input={} if value is NO_VALUE else {"resume": value},
                         node_output=_changes(state, new_state),
                     )
-                )
+                ).checkpoint_id
             except CodecError as exc:  # the step returned a state no store can hold
                 return self.end(state, FAILED, position, reason=REASON_ERROR, exception=exc)
             state, position, value = new_state, index, NO_VALUE
         return self.end(state, COMPLETED, position)
+
+    def pause(self, state: Any, position: int, checkpoint_id: str) -> RunResult:
+        """Stop between two steps in step mode: nothing is written, nothing is marked."""
+        run = self.run
+        log.info(
+            "run %r on thread %r paused after step %r (step mode)",
+            run.run_id,
+            run.thread_id[:80],
+            self._step_name(position),
+        )
+        return RunResult(
+            runner=run.runner.name,
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            status=PAUSED,
+            state=state,
+            last_step=self._step_name(position),
+            thread_minted=run.minted,
+            checkpoint_id=checkpoint_id,
+        )
 
     def _stop_reason(self) -> str | None:
         """Why the run must stop now (abort, stop, timeout), or ``None``; raise if the lease is lost."""
@@ -1077,6 +1137,16 @@ class _Execution:
         return None if position < 0 else self.run.runner.steps[position].name
 
 
+def _check_max_steps(max_steps: int | None, action: str) -> None:
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+    ):
+        raise ConfigError(
+            f"cannot {action} with max_steps={max_steps!r}: give a whole number of steps of at "
+            "least 1, or None to run to the end"
+        )
+
+
 def _project_of(source: Checkpoint, project_id: str | None, connection: Connection | None) -> str:
     """The project of a run continued from ``source``: the one given, else the source run's, else
     the connection's (a run started without a project then replicates through the connection
@@ -1159,7 +1229,8 @@ class RunInfo:
 
     ``status``: ``completed``, ``failed`` (with ``reason``), ``parked`` (with the park's
     ``park_reason``, ``park_deadline`` and ``time_left``), ``running`` (a live lease),
-    ``stalled`` (no run end, not parked, not running: killed or lost its lease; resumable) or
+    ``stalled`` (no run end, not parked, not running: killed, lost its lease or paused in step
+    mode; resumable) or
     ``abandoned`` (never ended, and a later run started on its thread).
     """
 
@@ -1297,6 +1368,7 @@ def _iso(value: datetime | None) -> str:
 __all__ = [
     "NO_VALUE",
     "PARKED",
+    "PAUSED",
     "REASON_ABORTED",
     "REASON_CANCELLED",
     "REASON_ERROR",

@@ -99,6 +99,29 @@ def test_resume_command_answers_a_parked_run_then_refuses_it(tmp_path: Path) -> 
     assert "no attribute" in unknown.output
 
 
+def test_resume_command_steps_a_run_one_step_at_a_time(tmp_path: Path) -> None:
+    """`durability resume … --steps 1` runs one step and pauses (exit 0); a bad count is refused untouched."""
+    path = tmp_path / "steps.db"
+    url = f"sqlite:///{path}"
+    with _store(path) as store:
+        paused = runner_defs.crashy.start(store, {}, max_steps=1)
+    runner = CliRunner()
+    base = ["resume", url, paused.thread_id, "--runner", "runner_defs:crashy"]
+    zero = runner.invoke(cli, [*base, "--steps", "0"])
+    assert zero.exit_code == 2
+    assert "--steps" in zero.output
+    step = runner.invoke(cli, [*base, "--steps", "1", "--json"])
+    assert step.exit_code == 0, step.output
+    data = json.loads(step.output)
+    assert (data["status"], data["last_step"], data["run_id"]) == ("paused", "two", paused.run_id)
+    listed = json.loads(runner.invoke(cli, ["runs", url, "--json"]).output)
+    assert [(r["status"], r["last_step"]) for r in listed] == [("stalled", "two")]
+    done = runner.invoke(cli, base)
+    assert done.exit_code == 0, done.output
+    assert "completed" in done.output
+    assert "last step: three" in done.output
+
+
 def test_resume_command_in_its_own_process(tmp_path: Path) -> None:
     """The installed `durability resume` imports a runner module from the current directory and exits 1 on a failed run."""
     (tmp_path / "myrunners.py").write_text(

@@ -955,6 +955,100 @@ def test_flow_is_never_marked_at_a_pause_and_unmarks_everything_on_resume(
     assert marked.finished
 
 
+def test_step_mode_runs_one_step_at_a_time_and_ends_on_the_last(
+    store: Store, clock: FrozenClock
+) -> None:
+    """start(max_steps=1) and step() advance one step each with no run end or mark; the last step ends the run."""
+    runner = Runner("three", [add("a", 1), add("b", 2), add("c", 3)])
+    first = runner.start(store, {"input": 0}, max_steps=1)
+    assert (first.status, first.last_step, first.state) == ("paused", "a", {"input": 0, "a": 1})
+    assert shape(store, first.thread_id) == [
+        ("__start__", "run_start", "completed"),
+        ("a", "node", "completed"),
+    ]
+    assert first.checkpoint_id == read_thread(store, first.thread_id)[-1].checkpoint_id
+    record = store.thread(first.thread_id)
+    assert record is not None
+    assert (record.finished, record.lease) == (False, None), "a pause is not a terminal"
+    clock.advance(timedelta(hours=1))
+    assert [r.status for r in list_runs(store) if r.thread_id == first.thread_id] == ["stalled"]
+    second = runner.step(store, first.thread_id)
+    assert (second.status, second.last_step, second.run_id) == ("paused", "b", first.run_id)
+    last = runner.step(store, first.thread_id)
+    assert (last.status, last.last_step) == ("completed", "c")
+    assert last.state == {"input": 0, "a": 1, "b": 2, "c": 3}
+    assert [row[0] for row in shape(store, first.thread_id)] == [
+        "__start__",
+        "a",
+        "b",
+        "c",
+        "run_end",
+    ]
+    record = store.thread(first.thread_id)
+    assert record is not None
+    assert record.finished, "the step that completes a minted run marks it"
+    with pytest.raises(RunNotResumable, match="already completed"):
+        runner.step(store, first.thread_id)
+
+
+def test_step_mode_with_more_steps_than_remain_runs_to_the_end(store: Store) -> None:
+    """max_steps larger than what is left completes the run; resume(max_steps=2) pauses after two."""
+    runner = Runner("four", [add("a"), add("b"), add("c"), add("d")])
+    paused = runner.start(store, {}, thread_id="t-steps", max_steps=1)
+    two = runner.resume(store, "t-steps", max_steps=2)
+    assert (two.status, two.last_step) == ("paused", "c")
+    done = runner.resume(store, "t-steps", max_steps=5)
+    assert (done.status, done.last_step, done.run_id) == ("completed", "d", paused.run_id)
+
+
+def test_step_mode_refuses_a_bad_step_count_before_writing(store: Store) -> None:
+    """max_steps of 0, a negative number, a bool or a float is refused naming the value; nothing is written."""
+    runner = Runner("one", [add("a")])
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ConfigError, match=f"max_steps={bad!r}"):
+            runner.start(store, {}, thread_id="t-bad-steps", max_steps=bad)  # type: ignore[arg-type]
+    assert store.latest("t-bad-steps") is None
+    runner.start(store, {}, thread_id="t-bad-steps", max_steps=1)
+    with pytest.raises(ConfigError, match="max_steps=0"):
+        runner.resume(store, "t-bad-steps", max_steps=0)
+
+
+def test_step_on_a_parked_run_answers_the_ask_then_pauses(store: Store) -> None:
+    """step() with a value runs the parked step with the answer and pauses before the next one."""
+    needs_parks(store)
+    parked = runner_defs.approval.start(store, {"topic": "retention"})
+    assert parked.status == "parked"
+    stepped = runner_defs.approval.step(store, parked.thread_id, {"approved": True})
+    assert (stepped.status, stepped.last_step) == ("paused", "approve")
+    assert stepped.state["approved"] is True
+    assert "published" not in stepped.state
+    assert store.get_park(parked.thread_id) is None
+    done = runner_defs.approval.step(store, parked.thread_id)
+    assert (done.status, done.state["published"]) == ("completed", True)
+
+
+def test_flow_step_unmarks_at_start_and_marks_only_at_its_terminal(
+    store: Store, clock: FrozenClock
+) -> None:
+    """Seed 004: a step run on a flow's session unmarks its threads, a pause marks nothing, the last step marks them."""
+    deployment, agents = memory(clock), memory(clock)
+    flow = _support_flow(agents, add("gated"))
+    first = flow.start(store, {}, thread_id="session-s", deployment_store=deployment, max_steps=2)
+    owned = f"{first.run_id}-triage"
+    assert (first.status, first.last_step) == ("paused", "triage")
+    assert not store.thread("session-s").finished  # type: ignore[union-attr]
+    store.mark_finished("session-s")
+    deployment.mark_finished(owned)
+    second = flow.step(store, "session-s", deployment_store=deployment)
+    assert (second.status, second.last_step) == ("paused", "chat")
+    assert not store.thread("session-s").finished, "the step's start unmarked it"  # type: ignore[union-attr]
+    assert not deployment.thread(owned).finished, "and the session thread it owns"  # type: ignore[union-attr]
+    done = flow.resume(store, "session-s", deployment_store=deployment)
+    assert done.status == "completed"
+    assert store.thread("session-s").finished  # type: ignore[union-attr]
+    assert deployment.thread(owned).finished  # type: ignore[union-attr]
+
+
 def test_flow_parks_on_its_agents_ask_and_resume_answers_the_agent(store: Store) -> None:
     """When an agent node's agent parks, the flow parks on the same ask; resuming the flow resumes the agent."""
     needs_parks(store)

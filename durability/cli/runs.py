@@ -35,7 +35,7 @@ def runs(url: str, as_json: bool) -> None:
     """List every run in the store at URL: status, last step, lease, and parks with time left.
 
     A status is completed, failed (with its reason), parked (waiting on an ask until its
-    deadline), running (a live lease), stalled (killed or lost its lease: resume it) or
+    deadline), running (a live lease), stalled (killed, lost its lease or paused in step mode: resume it) or
     abandoned (never ended, and a later run started on its thread).
     """
     from durability.runs import list_runs
@@ -129,6 +129,14 @@ def _time_left(value: Any) -> Any:
     help="The answer for a parked run, as JSON.",
 )
 @click.option(
+    "--steps",
+    "max_steps",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Step mode: run at most N steps, then pause the run (resume it again to go on).",
+)
+@click.option(
     "--single-worker",
     is_flag=True,
     help="SQLite: this host's workers are the only resumers, so the run may park again.",
@@ -154,6 +162,7 @@ def resume(
     thread_id: str,
     runner_spec: str,
     value_json: str | None,
+    max_steps: int | None,
     single_worker: bool,
     deployment_url: str | None,
     drain_timeout: float,
@@ -166,7 +175,8 @@ def resume(
 
     A parked run needs --value (its answer); a killed or failed run resumes after its last
     completed step; a completed run is refused (exit code 2). Exit code 1 when the resumed run
-    fails.
+    fails. --steps N runs in step mode: at most N steps, then the run pauses (status paused,
+    no run end, exit code 0) until the next resume.
 
     With a plane (--plane or DURABILITY_PLANE_URL, the key from DURABILITY_PLANE_API_KEY) the
     store's project --project is connected for the resume: a THREAD the store has no record of
@@ -210,6 +220,7 @@ def resume(
                     connection=connection,
                     # the connection drains only its project's rows: the run's must be its
                     project_id=project if connection is not None or project else None,
+                    max_steps=max_steps,
                 )
             except RunNotResumable as exc:
                 click.echo(f"not resumed: {exc}", err=True)
