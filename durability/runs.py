@@ -1026,16 +1026,7 @@ class _Execution:
             run.thread_id[:80],
             self._step_name(position),
         )
-        return RunResult(
-            runner=run.runner.name,
-            thread_id=run.thread_id,
-            run_id=run.run_id,
-            status=PAUSED,
-            state=state,
-            last_step=self._step_name(position),
-            thread_minted=run.minted,
-            checkpoint_id=checkpoint_id,
-        )
+        return self._result(PAUSED, state, position, checkpoint_id)
 
     def _stop_reason(self) -> str | None:
         """Why the run must stop now (abort, stop, timeout), or ``None``; raise if the lease is lost."""
@@ -1066,17 +1057,7 @@ class _Execution:
             step.name,
             ask.reason,
         )
-        return RunResult(
-            runner=run.runner.name,
-            thread_id=run.thread_id,
-            run_id=run.run_id,
-            status=PARKED,
-            state=state,
-            last_step=self._step_name(position),
-            park=park,
-            thread_minted=run.minted,
-            checkpoint_id=stored.checkpoint_id,
-        )
+        return self._result(PARKED, state, position, stored.checkpoint_id, park=park)
 
     def end(
         self,
@@ -1119,6 +1100,21 @@ class _Execution:
                 reason,
                 f": {error}" if error else "",
             )
+        return self._result(
+            status,
+            state,
+            position,
+            stored.checkpoint_id,
+            reason=reason,
+            error=error,
+            exception=exception,
+        )
+
+    def _result(
+        self, status: str, state: Any, position: int, checkpoint_id: str, **outcome: Any
+    ) -> RunResult:
+        """The run's :class:`RunResult` after ``position`` (``outcome``: park, reason, error…)."""
+        run = self.run
         return RunResult(
             runner=run.runner.name,
             thread_id=run.thread_id,
@@ -1126,11 +1122,9 @@ class _Execution:
             status=status,
             state=state,
             last_step=self._step_name(position),
-            reason=reason,
-            error=error,
             thread_minted=run.minted,
-            checkpoint_id=stored.checkpoint_id,
-            exception=exception,
+            checkpoint_id=checkpoint_id,
+            **outcome,
         )
 
     def _step_name(self, position: int) -> str | None:
