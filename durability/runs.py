@@ -266,9 +266,9 @@ class Runner:
         (:data:`PAUSED`) if steps remain — no run end and no finished mark, as at a park.
 
         Returns the run's :class:`RunResult`: completed, failed (a step's exception is recorded
-        in the run end, not raised), parked or paused. Raises :class:`~durability.errors.LeaseHeld` when
-        another worker is running the thread, :class:`~durability.errors.LeaseLost` when the run
-        lost its lease.
+        in the run end, not raised), parked or paused. Raises
+        :class:`~durability.errors.LeaseHeld` when another worker is running the thread,
+        :class:`~durability.errors.LeaseLost` when the run lost its lease.
         """
         action = f"start runner {self.name!r}"
         _check_max_steps(max_steps, action)
@@ -835,8 +835,9 @@ class RunResult:
 
     ``status`` is ``completed``, ``failed`` (``reason``: error, cancelled, aborted, timeout;
     ``error``: ``"<ExceptionClass>: <message>"`` for an error), ``parked`` (``park``: the
-    pending ask) or ``paused`` (step mode stopped it between two steps). ``state`` is the run's state at that point; ``last_step`` the last step whose
-    effect it holds. ``exception`` is the live exception of a failed step, in-process only.
+    pending ask) or ``paused`` (step mode stopped it between two steps). ``state`` is the run's
+    state at that point; ``last_step`` the last step whose effect it holds. ``exception`` is the
+    live exception of a failed step, in-process only.
     """
 
     runner: str
@@ -1224,8 +1225,7 @@ class RunInfo:
     ``status``: ``completed``, ``failed`` (with ``reason``), ``parked`` (with the park's
     ``park_reason``, ``park_deadline`` and ``time_left``), ``running`` (a live lease),
     ``stalled`` (no run end, not parked, not running: killed, lost its lease or paused in step
-    mode; resumable) or
-    ``abandoned`` (never ended, and a later run started on its thread).
+    mode; resumable) or ``abandoned`` (never ended, and a later run started on its thread).
     """
 
     thread_id: str

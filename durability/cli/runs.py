@@ -35,8 +35,8 @@ def runs(url: str, as_json: bool) -> None:
     """List every run in the store at URL: status, last step, lease, and parks with time left.
 
     A status is completed, failed (with its reason), parked (waiting on an ask until its
-    deadline), running (a live lease), stalled (killed, lost its lease or paused in step mode: resume it) or
-    abandoned (never ended, and a later run started on its thread).
+    deadline), running (a live lease), stalled (killed, lost its lease or paused in step mode:
+    resume it) or abandoned (never ended, and a later run started on its thread).
     """
     from durability.runs import list_runs
 
