@@ -43,7 +43,8 @@ Column notes:
 * ``runs.status``: ``completed`` / ``failed`` (its run end), ``parked`` (a pending park on its
   last checkpoint), ``running`` (a live lease), ``stalled`` (unfinished, the thread's latest
   run: killed, lost its lease or paused in step mode; resumable) or ``abandoned`` (unfinished,
-  a later run started on its thread), as ``durability runs`` says. ``duration`` is ``ended_at - started_at`` (``NaT`` until it ends).
+  a later run started on its thread), as ``durability runs`` says. ``duration`` is
+  ``ended_at - started_at`` (``NaT`` until it ends).
   ``reason`` is why a failed run ended, as its run end records it: ``error`` (a step raised;
   ``error`` holds the exception), ``cancelled`` (stopped), ``aborted`` or ``timeout``; ``<NA>``
   for any other run, for a plane that serves no history, and where the writer recorded none

@@ -229,11 +229,7 @@ class RestorePlan:
         if local is not None and local.lease is not None:
             return lease_held_message(self.thread_id, local.lease)
         if local is not None and not overwrite:
-            return (
-                f"the store already holds thread {self.thread_id[:80]!r} ({local.describe()}), "
-                "and the local copy is the source of truth on its own machine; pass "
-                "overwrite=True (CLI: --overwrite) to replace it with the plane's copy"
-            )
+            return _held_locally(self.thread_id, local)
         return None
 
     def rows(self) -> list[dict[str, Any]]:
@@ -447,6 +443,16 @@ def _plan(
     )
 
 
+def _held_locally(thread_id: str, local: LocalThread) -> str:
+    """Why a restore without ``overwrite`` refuses a thread the store holds."""
+    return (
+        f"the store already holds thread {thread_id[:80]!r} ({local.describe()}), and the "
+        "local copy is the source of truth on its own machine; pass overwrite=True (CLI: "
+        "--overwrite) to replace it with the plane's copy, or delete it first (durability "
+        "threads delete)"
+    )
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -619,10 +625,7 @@ def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -
         if local is not None:
             if not overwrite:
                 raise RestoreError(
-                    f"refusing to restore thread {thread_id[:80]!r} into {store!r}: it already "
-                    f"holds the thread ({local.describe()}), and the local copy is the source of "
-                    "truth on its own machine; pass overwrite=True (CLI: --overwrite) to replace "
-                    "it with the plane's copy, or delete it first (durability threads delete)"
+                    f"refusing to restore into {store!r}: {_held_locally(thread_id, local)}"
                 )
             deleted = store.delete_thread(thread_id)
             store.acquire_lease(thread_id, holder, RESTORE_LEASE)  # the delete took the ledger

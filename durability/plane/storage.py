@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection as SAConnection
 
 from durability.clock import from_micros, system_clock, to_micros
 from durability.errors import ConfigError
-from durability.stores.base import redact_url
+from durability.stores.base import chunks, redact_url
 
 _BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _HASH = sa.String(64)
@@ -102,22 +102,12 @@ sa.Index(
 )
 
 
-#: The item fields of a :class:`Row`'s values stored as they are (the keys and times are added).
-_ROW_FIELDS = (
-    "checkpoint_id",
-    "execution_id",
-    "resource_type",
-    "agent_id",
-    "chain_id",
-    "node_id",
-    "step_index",
-    "step_type",
-    "status",
-    "parent_checkpoint_id",
-    "state_snapshot",
-    "metadata",
-    "created_at",
-    "sequence",
+#: The item fields of a :class:`Row`'s values stored as they are: every column but the row id,
+#: the key hashes and the two times the plane adds.
+_ROW_FIELDS = tuple(
+    c.name
+    for c in checkpoints.c
+    if c.name not in ("id", "tenant", "ckey", "ekey", "order_at", "received_at")
 )
 
 
@@ -339,8 +329,7 @@ class PlaneStorage:
         with self._tx() as conn:
             keys = list(by_key)
             existing: dict[str, str] = {}
-            for start in range(0, len(keys), 500):
-                chunk = keys[start : start + 500]
+            for chunk in chunks(keys):
                 marks = ", ".join([self._mark] * len(chunk))
                 query = f"SELECT ckey, execution_id FROM plane_checkpoints WHERE ckey IN ({marks})"  # noqa: S608
                 existing.update((r[0], r[1]) for r in conn.exec_driver_sql(query, tuple(chunk)))

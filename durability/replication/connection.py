@@ -3,10 +3,10 @@
 :func:`connect` checks the key with the plane (``GET /public/v1/auth/check``), learns the caps it
 announces, records the connection in the store (so other processes, a CLI sweep say, know the
 store replicates; never the key), and starts draining. A disconnect marks the record closed but
-keeps it: the store still replicates until an operator runs ``durability outbox forget``. Several connections per process are fine,
-one per (store database, project): each drains only its project's rows. Rows of a project nobody
-connected stay buffered, and ``durability outbox status`` shows them as such. Not connected,
-strictly nothing is sent.
+keeps it: the store still replicates until an operator runs ``durability outbox forget``.
+Several connections per process are fine, one per (store database, project): each drains only
+its project's rows. Rows of a project nobody connected stay buffered, and ``durability outbox
+status`` shows them as such. Not connected, strictly nothing is sent.
 
 All connections on one store database share one :class:`~durability.replication.outbox.DrainWorker`
 thread, woken by the store's write listener. A write never waits for it. :meth:`Connection.close`
@@ -158,9 +158,10 @@ class Connection:
         """Drain synchronously (up to ``timeout`` seconds), then disconnect.
 
         The store keeps the connection's record, marked closed: it still replicates, and what
-        the plane lacks is sent at the next connect (seed 000). Returns ``True`` when the last pass finished within the timeout. The key is dropped only
-        after the drain that uses it has finished (a drain still running at the timeout keeps it
-        until it ends, then closes it).
+        the plane lacks is sent at the next connect (seed 000). Returns ``True`` when the last
+        pass finished within the timeout. The key is dropped only after the drain that uses it
+        has finished (a drain still running at the timeout keeps it until it ends, then closes
+        it).
         """
         if not self.active:
             return True

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from durability import codec
 from durability.clock import Clock, system_clock, to_micros
@@ -351,6 +351,17 @@ def check_id(value: object, what: str, *, action: str, allow_empty: bool = False
             "limit; use a shorter id (a hash of the long one, say)"
         )
     return value
+
+
+#: How many values one statement, IN list or script batch of a store takes.
+CHUNK = 500
+_T = TypeVar("_T")
+
+
+def chunks(values: list[_T], size: int = CHUNK) -> Iterator[list[_T]]:
+    """``values`` in consecutive slices of at most ``size``."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
 
 
 def check_ids(values: Sequence[str], what: str, *, action: str) -> None:

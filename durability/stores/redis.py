@@ -85,6 +85,7 @@ from durability.stores.base import (
     Store,
     ThreadPage,
     cap_bytes,
+    chunks,
     column_chunks,
     conflict_message,
     lease_held_message,
@@ -416,8 +417,8 @@ class RedisStore(Store):
             self._run("reconcile the indexes", scan)
             tags.discard("g")
             ordered = sorted(tags)
-            for start in range(0, len(ordered), 500):
-                self._repair(ordered[start : start + 500])
+            for chunk in chunks(ordered):
+                self._repair(chunk)
             self._drop_unsupported()
             return len(tags)
         finally:
@@ -462,8 +463,8 @@ class RedisStore(Store):
         self._run("reconcile the indexes", scan)
         tags = sorted({_member_tag(m) for entries in members.values() for m, _ in entries})
         supported = _IndexOps()
-        for start in range(0, len(tags), 500):
-            for state in self._index_state(tags[start : start + 500]):
+        for chunk in chunks(tags):
+            for state in self._index_state(chunk):
                 state.entries(supported)
         remove = _IndexOps()
         for key, target in (
@@ -1140,8 +1141,7 @@ class RedisStore(Store):
 
         self._run("read the outbox", scan)
         tags = sorted(members)
-        for start in range(0, len(tags), 500):
-            chunk = tags[start : start + 500]
+        for chunk in chunks(tags):
             dropped = self._eval_many(
                 "set the outbox's expiry", "OUTBOX_EXPIRY", [(t, []) for t in chunk]
             )
@@ -1165,8 +1165,7 @@ class RedisStore(Store):
                     m.decode() for m, _ in self._client.zscan_iter(self._k_threads, count=1000)
                 ],
             )
-        for start in range(0, len(tags), 500):
-            batch = tags[start : start + 500]
+        for batch in chunks(tags):
             raw = self._eval_many(
                 "read thread columns", "ANALYSIS_THREAD", [(t, []) for t in batch], write=False
             )

@@ -56,6 +56,7 @@ from durability.errors import (
 from durability.model import Deleted, Lease, OutboxEntry, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import (
+    CHUNK,
     OUTBOX_COLUMNS,
     THREAD_COLUMNS,
     Capabilities,
@@ -69,6 +70,7 @@ from durability.stores.base import (
     SweepColumns,
     ThreadPage,
     cap_bytes,
+    chunks,
     columns_of,
     conflict_message,
     lease_held_message,
@@ -84,7 +86,6 @@ SWEEP_CACHE_KIB = 65536
 ANALYSIS_WORK_MEM = "64MB"
 
 _Primitive = TypeVar("_Primitive", bound=Callable[..., Any])
-_T = TypeVar("_T")
 
 # ---------------------------------------------------------------------------- schema
 
@@ -971,7 +972,7 @@ class SQLStore(Store):
         found: dict[CheckpointKey, list[EncodedWrite]] = {}
         wanted = set(keys)
         tkey = thread_key(thread_id)
-        for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+        for chunk in chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
             # Padded with its last key to one of a few sizes, so a handful of statements serve
             # every call (a repeated value in an IN list matches nothing twice).
             size = _padded_size(len(chunk))
@@ -1022,7 +1023,7 @@ class SQLStore(Store):
     def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
         removed = removed_writes = 0
         with self._write("delete checkpoints") as conn:
-            for chunk in _chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
+            for chunk in chunks([checkpoint_key(thread_id, ns, cid) for ns, cid in keys]):
                 removed += conn.execute(
                     checkpoints.delete().where(*_thread(thread_id), checkpoints.c.ckey.in_(chunk))
                 ).rowcount
@@ -1036,7 +1037,7 @@ class SQLStore(Store):
         c = checkpoints.c
         found: list[tuple[str, str, str]] = []
         with self._read("find the checkpoints of runs") as conn:
-            for chunk in _chunks(run_ids):
+            for chunk in chunks(run_ids):
                 query = (
                     sa.select(c.thread_id, c.namespace, c.checkpoint_id)
                     .where(c.run_id.in_(chunk))
@@ -1339,7 +1340,7 @@ class SQLStore(Store):
     @_reconnecting
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
         with self._write("mark rows synced") as conn:
-            for chunk in _chunks([seq for _, seq in keys]):
+            for chunk in chunks([seq for _, seq in keys]):
                 conn.execute(
                     checkpoints.update()
                     .where(checkpoints.c.seq.in_(chunk))
@@ -1353,7 +1354,7 @@ class SQLStore(Store):
         # Driver SQL: SQLAlchemy's expansion of a 500-value IN list was a tenth of the drain.
         mark, table = self._sql.mark, self._sql.table
         with self._write("mark rows synced") as conn:
-            for chunk in _chunks([seq for _, seq in keys]):
+            for chunk in chunks([seq for _, seq in keys]):
                 conn.exec_driver_sql(
                     f"UPDATE {table} SET synced = {mark}, sync_error = NULL, synced_at = {mark}, "  # noqa: S608
                     f"attempts = attempts + 1, last_error = NULL "
@@ -1377,7 +1378,7 @@ class SQLStore(Store):
 
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
         with self._write("record a send attempt") as conn:
-            for chunk in _chunks([seq for _, seq in keys]):
+            for chunk in chunks([seq for _, seq in keys]):
                 conn.execute(
                     checkpoints.update()
                     .where(checkpoints.c.seq.in_(chunk))
@@ -1397,7 +1398,7 @@ class SQLStore(Store):
                     ).rowcount
                 )
             total = 0
-            for chunk in _chunks([seq for _, seq in keys]):
+            for chunk in chunks([seq for _, seq in keys]):
                 total += conn.execute(
                     checkpoints.update()
                     .where(quarantined, checkpoints.c.seq.in_(chunk))
@@ -1699,7 +1700,7 @@ WHERE t.tkey IS NULL
             )
             names.update(cursor.fetchall())
             return names
-        for chunk in _chunks(seqs):
+        for chunk in chunks(seqs):
             cursor.execute(
                 f"SELECT seq, thread_id FROM {self._sweep_table(checkpoints)} "  # noqa: S608
                 f"WHERE seq IN ({', '.join([mark] * len(chunk))})",
@@ -1793,7 +1794,7 @@ WHERE t.tkey IS NULL
         (cache,) = cursor.execute("PRAGMA cache_size").fetchone()
         cursor.execute(f"PRAGMA cache_size = -{SWEEP_CACHE_KIB}")
         try:
-            for where, params in self._sweep_chunks(keys, thread_ids):
+            for where, params in self._sweepchunks(keys, thread_ids):
                 for table, slot in ((checkpoints, 0), (writes, 1), (parks, None), (threads, None)):
                     sql = f"DELETE FROM {self._sweep_table(table)} WHERE {where}"  # noqa: S608
                     if slot is None:
@@ -1805,13 +1806,11 @@ WHERE t.tkey IS NULL
             cursor.execute(f"PRAGMA cache_size = {int(cache)}")
 
     @staticmethod
-    def _sweep_chunks(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[str, list[Any]]]:
+    def _sweepchunks(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[str, list[Any]]]:
         """SQLite: a WHERE clause on ``tkey`` and ``thread_id`` and its parameters per 500 ids."""
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
+        for chunk, ids in zip(chunks(keys), chunks(thread_ids), strict=True):
             marks = ", ".join(["?"] * len(chunk))
-            where = f"tkey IN ({marks}) AND thread_id IN ({marks})"
-            yield where, [*chunk, *thread_ids[start : start + 500]]
+            yield f"tkey IN ({marks}) AND thread_id IN ({marks})", [*chunk, *ids]
 
     @_reconnecting
     def _still_holding(self, thread_ids: list[str]) -> set[str]:
@@ -1826,7 +1825,7 @@ WHERE t.tkey IS NULL
                 cursor.execute(self._sql.sweep_holding, [",".join(keys), thread_ids])
                 found.update(by_key[tkey] for (tkey,) in cursor.fetchall())
                 return found
-            for where, params in self._sweep_chunks(keys, thread_ids):
+            for where, params in self._sweepchunks(keys, thread_ids):
                 cursor.execute(
                     f"SELECT tkey FROM {self._sweep_table(checkpoints)} WHERE {where} "  # noqa: S608
                     f"UNION SELECT tkey FROM {self._sweep_table(writes)} WHERE {where}",
@@ -2151,18 +2150,9 @@ def _park(row: Any) -> Park:
     )
 
 
-#: How many values one statement's IN list or batch takes.
-_CHUNK = 500
-
-
-def _chunks(values: list[_T], size: int = _CHUNK) -> Iterator[list[_T]]:
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
-
-
 def _padded_size(n: int) -> int:
-    """``n`` rounded up to a power of two, at most one chunk (``_chunks``'s size)."""
-    return min(1 << (n - 1).bit_length(), _CHUNK)
+    """``n`` rounded up to a power of two, at most one chunk (``chunks``'s size)."""
+    return min(1 << (n - 1).bit_length(), CHUNK)
 
 
 #: A pooled Postgres connection idle longer than this is pinged with a round trip on checkout.
