@@ -66,13 +66,9 @@ import pandas as pd
 from durability.clock import as_utc
 from durability.errors import CapabilityError, ConfigError
 from durability.model import FAILED, INTERRUPTED, STEP_NODE, STEP_RUN_END
-from durability.stores.base import (
-    CHECKPOINT_COLUMNS,
-    OUTBOX_COLUMNS,
-    THREAD_COLUMNS,
-    Columns,
-    Store,
-)
+from durability.stores.base import Store
+from durability.stores.parks import pending_parks
+from durability.stores.scans import CHECKPOINT_COLUMNS, OUTBOX_COLUMNS, THREAD_COLUMNS, Columns
 from durability.sweep import PLAN_COLUMNS, plan_sweep
 
 if TYPE_CHECKING:
@@ -229,7 +225,7 @@ def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
     cols = _collect(store.thread_columns(), THREAD_COLUMNS)
     at_us = _micros_of(at)
     lease_live = [e is not None and e > at_us for e in cols["lease_expires_at"]]
-    pending = {p.thread_id: p.deadline for p in store.parks()}
+    pending = {p.thread_id: p.deadline for p in pending_parks(store)}
     deadlines = [pending.get(t) for t in cols["thread_id"]]
     missing = store.unreplicated() if store.replicates else {}
     frame = pd.DataFrame(
@@ -380,7 +376,7 @@ def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
     ``time_left`` is ``deadline - now`` (default: the store's clock), negative once expired.
     """
     at = _now(store, now)
-    found = store.parks()
+    found = pending_parks(store)
     deadline = _times([_micros_of(p.deadline) for p in found])
     time_left = pd.Series(deadline, copy=False) - pd.Timestamp(at)
     frame = pd.DataFrame(
@@ -418,7 +414,7 @@ def runs(store: Store) -> pd.DataFrame:
         if expires is not None and expires > now_us
     ]
     lease_runs = _lease_runs(store, leased)
-    parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in store.parks()}
+    parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in pending_parks(store)}
     rows = [
         dict(zip(names, values, strict=True))
         for values in zip(*(cols[n].tolist() for n in names), strict=True)
@@ -646,11 +642,7 @@ def _outbox_cols(store: Store) -> Columns:
 
 
 def _keeps_outbox(store: Store) -> bool:
-    try:
-        store.outbox(limit=1)
-    except CapabilityError:
-        return False
-    return True
+    return store.outbox is not None
 
 
 def _now(store: Store, now: datetime | None) -> datetime:

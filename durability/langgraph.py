@@ -109,6 +109,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     ) from exc
 
 import durability
+from durability._util import redact_url
 from durability.errors import CapabilityError, CheckpointNotFound, ConfigError, StoreError
 from durability.model import (
     COMPLETED,
@@ -118,8 +119,8 @@ from durability.model import (
     PendingWrite,
     TypedValue,
 )
-from durability.stores.base import Store, redact_url
-from durability.stores.langgraph_map import (
+from durability.stores.base import Store
+from durability.stores.foreign.langgraph_map import (
     BOOKKEEPING,
     INTERRUPT,
     RESUME,

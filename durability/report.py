@@ -20,9 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durability._util import redact_url
 from durability.errors import DurabilityError
 from durability.settings import Settings, format_duration, parse_duration
-from durability.stores.base import Store, redact_url
+from durability.stores.base import Store
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -47,8 +47,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from durability._util import redact_url
 from durability.clock import parse_aware
-from durability.errors import CheckpointStoreFormatError, ParkRefused, RestoreError
+from durability.errors import (
+    CapabilityError,
+    CheckpointStoreFormatError,
+    ParkRefused,
+    RestoreError,
+)
 from durability.model import (
     FAILED,
     INTERRUPTED,
@@ -60,7 +66,9 @@ from durability.model import (
 )
 from durability.runs import PARK_DEADLINE, RUN_METADATA
 from durability.settings import format_duration, waiting_horizon
-from durability.stores.base import Store, check_id, lease_held_message, redact_url
+from durability.stores.base import Store
+from durability.stores.ids import check_id
+from durability.stores.ledger import lease_held_message
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -486,8 +494,8 @@ def local_thread(store: Store, thread_id: str, *, holder: str | None = None) -> 
     record = store.thread(thread_id)
     now = store.clock()
     unsynced = 0
-    if store.capabilities.replicates:
-        unsynced = sum(1 for e in store.outbox(thread_id=thread_id) if e.state != "synced")
+    if store.outbox is not None:
+        unsynced = sum(1 for e in store.outbox.entries(thread_id=thread_id) if e.state != "synced")
     lease = record.lease if record is not None else None
     if lease is not None and (lease.holder == holder or not lease.live(now)):
         lease = None
@@ -543,8 +551,10 @@ def _park_of(store: Store, cp: Checkpoint, now: datetime, warnings: list[str]) -
 def _park_refusal(store: Store, park: Park) -> str | None:
     """Why ``store`` cannot take the park back (naming the option that would let it), or ``None``."""
     try:
-        store._check_can_park(park.thread_id)
-    except ParkRefused as exc:
+        if store.parks is None:
+            raise store.missing("parks", f"park thread {park.thread_id[:80]!r}")
+        store.parks.check_can_park(park.thread_id)
+    except (ParkRefused, CapabilityError) as exc:
         return (
             f"cannot restore thread {park.thread_id[:80]!r} into {store!r}: its run is parked at "
             f"step {park.node_id[:80]!r} ({park.reason[:80]!r}), and {exc}"
@@ -670,12 +680,13 @@ def _write(store: Store, plan: RestorePlan) -> tuple[list[Checkpoint], Park | No
     park = None
     if park_row is not None and plan.park is not None:
         try:
-            stored, park = store._park_with(
+            assert store.parks is not None  # the plan checked the store can hold the park
+            stored, park = store.parks.park(
                 park_row,
                 deadline=plan.park.deadline,
                 reason=plan.park.reason,
                 context=plan.park.context,
-                source=plan.park.deadline_source,
+                deadline_source=plan.park.deadline_source,
                 synced=True,
             )
         except BaseException:

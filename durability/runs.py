@@ -73,6 +73,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durability import codec
+from durability._util import redact_url
 from durability.clock import as_utc
 from durability.errors import (
     AlreadyResumed,
@@ -98,7 +99,9 @@ from durability.model import (
     Park,
 )
 from durability.settings import Retention, declare_retention, parse_duration
-from durability.stores.base import Store, check_id, redact_url
+from durability.stores.base import Store
+from durability.stores.ids import check_id
+from durability.stores.parks import pending_parks
 
 if TYPE_CHECKING:
     from durability.replication.connection import Connection
@@ -1253,7 +1256,7 @@ def list_runs(
     Reads each thread's root namespace whole, in ``seq`` order. ``progress`` shows a tqdm bar.
     """
     now = now if now is not None else store.clock()
-    parks = {p.thread_id: p for p in store.parks()}
+    parks = {p.thread_id: p for p in pending_parks(store)}
     records: Iterator[Any] = store.iter_threads()
     if progress:
         from tqdm.auto import tqdm

@@ -45,7 +45,9 @@ from durability.clock import as_utc, to_micros
 from durability.errors import ConfigError, SweepError
 from durability.model import Deleted, ThreadRecord
 from durability.settings import Retention, Settings, format_duration, waiting_horizon
-from durability.stores.base import Store, SweepColumns
+from durability.stores.base import Store
+from durability.stores.parks import pending_parks
+from durability.stores.scans import SweepColumns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,7 +97,7 @@ class _ParkFilter:
         wanted = set(_candidate_ids(candidates))
         return {
             p.thread_id: f"a run is parked until {p.deadline.isoformat()} ({p.reason or 'no reason'})"
-            for p in store.parks()
+            for p in pending_parks(store)
             if p.thread_id in wanted and p.deadline > now
         }
 

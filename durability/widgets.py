@@ -36,11 +36,11 @@ import ipywidgets as w
 import pandas as pd
 
 from durability import frames, plots, simulate
+from durability._util import redact_url
 from durability.errors import DurabilityError
 from durability.restore import RestorePlan, RestoreResult, apply_restore, plan_restore
 from durability.runs import NO_VALUE, Runner, RunResult, load_runner
 from durability.settings import Settings, format_duration
-from durability.stores.base import redact_url
 from durability.sweep import HORIZONS, SweepPlan, plan_sweep
 
 if TYPE_CHECKING:

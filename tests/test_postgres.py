@@ -16,13 +16,9 @@ import durability
 from durability import Checkpoint, PendingWrite
 from durability.errors import CheckpointConflict, CheckpointStoreFormatError, ConfigError
 from durability.settings import Settings
-from durability.stores.sql import (
-    MIGRATIONS,
-    SQLStore,
-    _checkpoint_table,
-    meta_table,
-    migrations_table,
-)
+from durability.stores.sql import SQLStore
+from durability.stores.sql.migrations import MIGRATIONS
+from durability.stores.sql.schema import checkpoint_table, meta_table, migrations_table
 
 pytestmark = pytest.mark.postgres
 
@@ -131,7 +127,7 @@ def test_outbox_migration_adds_columns_if_not_exists_and_marks_old_rows_synced(
         MIGRATIONS[0][1](conn)
         conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
         conn.execute(meta_table.insert().values(key="format_generation", value="1"))
-        v1 = _checkpoint_table(sa.MetaData(), outbox=False)
+        v1 = checkpoint_table(sa.MetaData(), outbox=False)
         conn.execute(
             v1.insert().values(
                 tkey="k",
@@ -246,7 +242,7 @@ def test_sessions_are_named_and_pooled(admin: Any, schema: str) -> None:
     """Sessions show as application_name 'durability' unless the URL names them; the pool is bounded."""
     with open_pg(schema, pool_size=2, max_overflow=1) as store:
         store.put(Checkpoint(thread_id="t"))
-        assert store._engine.pool.size() == 2  # type: ignore[attr-defined]
+        assert store.db.engine.pool.size() == 2  # type: ignore[attr-defined]
         with admin.connect() as conn:
             names = conn.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'durability' AND datname = 'test'"

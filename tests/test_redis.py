@@ -21,8 +21,8 @@ from durability import Checkpoint, PendingWrite
 from durability.errors import CheckpointConflict, CheckpointDeleteError, ConfigError
 from durability.replication import connect
 from durability.settings import Settings, declare_retention
-from durability.stores import redis_lua
 from durability.stores.redis import RedisStore, thread_tag
+from durability.stores.redis.scripts import THREAD_KEYS
 from durability.testing import HOSTILE_IDS
 
 pytestmark = pytest.mark.redis
@@ -58,7 +58,7 @@ def open_redis(admin: Any) -> Iterator[Opener]:
 
 
 def thread_keys(store: RedisStore, thread_id: str) -> list[str]:
-    return store._keys(thread_tag(thread_id))
+    return store.thread_keys(thread_tag(thread_id))
 
 
 def expiry_ms(admin: Any, keys: list[str]) -> dict[str, int]:
@@ -79,16 +79,16 @@ def test_every_key_of_a_thread_maps_to_one_slot(open_redis: Opener, admin: Any) 
     store = open_redis()
     for thread_id in [*HOSTILE_IDS, "{x}", "a}{b", "{}"]:
         keys = thread_keys(store, thread_id)
-        assert len(keys) == len(redis_lua.THREAD_KEYS)
+        assert len(keys) == len(THREAD_KEYS)
         assert len({key_slot(k.encode()) for k in keys}) == 1, thread_id
     globals_ = [
-        store._k_threads,
-        store._k_finished,
-        store._k_parks,
-        store._k_outbox,
-        store._k_quarantine,
-        store._k_connections,
-        store._k_format,
+        store.keys.threads,
+        store.keys.finished,
+        store.keys.parks,
+        store.keys.outbox,
+        store.keys.quarantine,
+        store.keys.connections,
+        store.keys.format,
     ]
     assert len({key_slot(k.encode()) for k in globals_}) == 1
     # And nothing a write creates lives outside those keys.
@@ -357,7 +357,7 @@ def test_forgetting_the_last_connection_gives_the_outbox_back_its_threads_expiry
     store.put(Checkpoint(thread_id="t-orphan"))
     wait_for_expiry(store, "t-orphan")
     store.put(Checkpoint(thread_id="t-live"))
-    live = dict(zip(redis_lua.THREAD_KEYS, thread_keys(store, "t-live"), strict=True))
+    live = dict(zip(THREAD_KEYS, thread_keys(store, "t-live"), strict=True))
     assert admin.pexpiretime(live["od"]) == -1, "kept while the store replicates"
     store.forget_connection("")
     assert not store.replicates
@@ -366,7 +366,7 @@ def test_forgetting_the_last_connection_gives_the_outbox_back_its_threads_expiry
     assert admin.pexpiretime(live["od"]) == admin.pexpiretime(live["os"]) == thread_expiry
     assert [e.thread_id for e in store.outbox()] == ["t-live"]
     assert not [k for k in thread_keys(store, "t-orphan") if admin.exists(k)]
-    assert admin.zcard(store._k_outbox) == 1, "the orphan's index entry went too"
+    assert admin.zcard(store.keys.outbox) == 1, "the orphan's index entry went too"
     wait_for_expiry(store, "t-live")
     assert store.outbox() == []
 
@@ -388,11 +388,11 @@ def test_a_resent_write_is_recognised_not_duplicated(open_redis: Opener) -> None
     """A put resent after a lost reply returns the row it stored; a claim resent with its token gets the same park."""
     store = open_redis()
     store.ready()
-    row = store._prepare(Checkpoint(thread_id="t-resend", state={"n": 1}), action="put")
+    row = store.prepare(Checkpoint(thread_id="t-resend", state={"n": 1}), action="put")
     first = store._insert([row], synced=False)
     store._write_args = lambda retry: RedisStore._write_args(store, True)  # type: ignore[method-assign]
     assert store._insert([row], synced=False) == first, "the retry finds its own row"
-    other = store._prepare(
+    other = store.prepare(
         Checkpoint(thread_id="t-resend", checkpoint_id=row.checkpoint_id, state={"n": 2}),
         action="put",
     )
@@ -402,23 +402,23 @@ def test_a_resent_write_is_recognised_not_duplicated(open_redis: Opener) -> None
     del store._write_args
     store.park(Checkpoint(thread_id="t-resend"), deadline=store.clock() + timedelta(days=1))
     tag = thread_tag("t-resend")
-    assert store._eval("claim", "CLAIM", tag, ["token-1"]) is not None
-    assert store._eval("claim", "CLAIM", tag, ["token-1"]) is not None, "the same claimer, resent"
-    assert store._eval("claim", "CLAIM", tag, ["token-2"]) is None, "anyone else loses"
+    assert store.eval("claim", "claim", tag, ["token-1"]) is not None
+    assert store.eval("claim", "claim", tag, ["token-1"]) is not None, "the same claimer, resent"
+    assert store.eval("claim", "claim", tag, ["token-2"]) is None, "anyone else loses"
 
 
 def crash_after_step_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the cross-slot index step fail, as if the process died right after the thread's script.
 
     A put on one server indexes its rows inside its own script; a cluster's put takes the
-    two steps, and that is the path simulated here (``_index_in_script`` off).
+    two steps, and that is the path simulated here (``index_in_script`` off).
     """
-    monkeypatch.setattr(RedisStore, "_index_in_script", False)
+    monkeypatch.setattr(RedisStore, "index_in_script", False)
 
     def crash(self: RedisStore, action: str, **_: Any) -> None:
         raise SystemExit(f"killed before {action}")
 
-    monkeypatch.setattr(RedisStore, "_index", crash)
+    monkeypatch.setattr(RedisStore, "index", crash)
 
 
 def test_reconcile_repairs_a_crash_between_the_two_steps(
@@ -438,8 +438,8 @@ def test_reconcile_repairs_a_crash_between_the_two_steps(
         with pytest.raises(SystemExit):
             step()
     monkeypatch.undo()
-    assert admin.zcard(store._k_outbox) == 1, "only t-before is indexed"
-    assert admin.zcard(store._k_threads) == 1
+    assert admin.zcard(store.keys.outbox) == 1, "only t-before is indexed"
+    assert admin.zcard(store.keys.threads) == 1
     assert store.latest("t-crash") is not None, "step 1 landed"
     restarted = open_redis()  # a new process: reconciles when first used
     assert {r.thread_id for r in restarted.iter_threads()} == {"t-before", "t-crash", "t-parked"}
@@ -463,17 +463,17 @@ def test_index_entries_a_thread_no_longer_supports_are_dropped(
     with pytest.raises(SystemExit):
         store.delete_thread("t-dead")
     monkeypatch.undo()
-    assert admin.zcard(store._k_finished) == 1
-    assert admin.zcard(store._k_parks) == 1
+    assert admin.zcard(store.keys.finished) == 1
+    assert admin.zcard(store.keys.parks) == 1
     restarted = open_redis()
     assert [r.thread_id for r in restarted.iter_threads()] == ["t-live"]
     assert restarted.parks() == []
     assert restarted.finished_due(restarted.clock() + timedelta(days=8)) == []
     assert [c.thread_id for c in restarted.fetch_unsynced()] == ["t-live"]
-    for key in (store._k_finished, store._k_parks):
+    for key in (store.keys.finished, store.keys.parks):
         assert admin.zcard(key) == 0
-    assert admin.zcard(store._k_threads) == 1
-    assert admin.zcard(store._k_outbox) == 1
+    assert admin.zcard(store.keys.threads) == 1
+    assert admin.zcard(store.keys.outbox) == 1
 
 
 def test_delete_repeats_until_the_thread_is_empty(open_redis: Opener) -> None:
@@ -578,8 +578,8 @@ def test_format_generation_has_its_own_key(open_redis: Opener, admin: Any) -> No
     """The generation is one key under the prefix; a store that lost it but holds checkpoints is refused."""
     store = open_redis()
     store.put(Checkpoint(thread_id="t-gen"))
-    assert admin.get(store._k_format) == b"1"
-    admin.delete(store._k_format)
+    assert admin.get(store.keys.format) == b"1"
+    admin.delete(store.keys.format)
     with pytest.raises(
         durability.errors.CheckpointStoreFormatError, match="records no format generation"
     ):
@@ -601,6 +601,6 @@ def test_errors_from_the_server_are_mapped(open_redis: Opener, admin: Any) -> No
     """A key of the wrong type (someone else wrote it) fails as a StoreError naming the action."""
     store = open_redis()
     store.ready()
-    admin.set(store._k_threads, "not a sorted set")
+    admin.set(store.keys.threads, "not a sorted set")
     with pytest.raises(durability.errors.StoreError, match="list threads"):
         store.threads()

@@ -22,7 +22,7 @@ from durability.replication import (
 )
 from durability.replication.outbox import PlaneLimits
 from durability.replication.wire import to_wire
-from durability.stores.base import EncodedCheckpoint
+from durability.stores.rows import EncodedCheckpoint
 from durability.testing import assert_same, rich_state
 
 WHEN = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 import durability
 from durability import Checkpoint, PendingWrite
+from durability._util import redact_url
 from durability.errors import (
     CheckpointConflict,
     CheckpointStoreFormatError,
@@ -19,15 +20,10 @@ from durability.errors import (
     StoreUnavailable,
 )
 from durability.settings import Settings
-from durability.stores.base import redact_url
-from durability.stores.sql import (
-    MIGRATIONS,
-    SQLStore,
-    _checkpoint_table,
-    _enable_wal,
-    meta_table,
-    migrations_table,
-)
+from durability.stores.sql import SQLStore
+from durability.stores.sql.engine import enable_wal
+from durability.stores.sql.migrations import MIGRATIONS
+from durability.stores.sql.schema import checkpoint_table, meta_table, migrations_table
 
 
 def open_sqlite(path: Path, **options: object) -> SQLStore:
@@ -110,7 +106,7 @@ def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
         MIGRATIONS[0][1](conn)
         conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
         conn.execute(meta_table.insert().values(key="format_generation", value="1"))
-        v1 = _checkpoint_table(sa.MetaData(), outbox=False)
+        v1 = checkpoint_table(sa.MetaData(), outbox=False)
         conn.execute(
             v1.insert().values(
                 tkey="k",
@@ -211,7 +207,7 @@ def test_sqlite_synchronous_option(tmp_path: Path) -> None:
         kwargs = {} if option is None else {"synchronous": option}
         with open_sqlite(tmp_path / f"s{expected}.db", **kwargs) as store:
             store.ready()
-            with store._engine.connect() as conn:
+            with store.db.engine.connect() as conn:
                 assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == expected
                 assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
@@ -221,7 +217,7 @@ def _open_in_wal(path: str, start: object, results: object) -> None:
     conn.execute("PRAGMA busy_timeout = 30000")
     start.wait()  # type: ignore[attr-defined]
     try:
-        _enable_wal(conn.cursor(), 30)
+        enable_wal(conn.cursor(), 30)
         results.put(conn.execute("PRAGMA journal_mode").fetchone()[0])  # type: ignore[attr-defined]
     except sqlite3.Error as exc:
         results.put(repr(exc))  # type: ignore[attr-defined]

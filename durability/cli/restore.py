@@ -60,10 +60,10 @@ def restore(
     refused unless --overwrite. Exit code 1 when the plane holds nothing of THREAD or the
     restore is refused (with --dry-run: would be refused, as the store stands now).
     """
+    from durability._util import redact_url
     from durability.errors import DurabilityError
     from durability.replication.client import PlaneClient
     from durability.restore import apply_restore, plan_restore
-    from durability.stores.base import redact_url
 
     key = plane_key(api_key_env)
     options = {"single_worker": True} if single_worker else {}

@@ -80,7 +80,7 @@ def runs(url: str, as_json: bool) -> None:
 
 def _disconnect(connection: Any, thread_id: str, url: str, timeout: float) -> None:
     """Close the connection after its final drain; warn when rows of the thread stay pending."""
-    from durability.stores.base import redact_url
+    from durability._util import redact_url
 
     finished = connection.close(timeout=timeout)
     if not connection.replicating:

@@ -28,9 +28,9 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection as SAConnection
 
+from durability._util import chunks, redact_url
 from durability.clock import from_micros, system_clock, to_micros
 from durability.errors import ConfigError
-from durability.stores.base import chunks, redact_url
 
 _BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _HASH = sa.String(64)

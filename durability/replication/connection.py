@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from durability._util import redact_url
 from durability.errors import ReplicationError
 from durability.replication.client import IngestAnswer, PlaneClient
 from durability.replication.outbox import (
@@ -38,7 +39,7 @@ from durability.replication.outbox import (
     supports_outbox,
 )
 from durability.replication.wire import CLEAR, PayloadEncoder
-from durability.stores.base import Store, redact_url
+from durability.stores.base import Store
 
 logger = logging.getLogger("durability.replication")
 

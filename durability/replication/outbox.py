@@ -43,7 +43,9 @@ from durability.clock import system_clock
 from durability.model import STEP_RUN_END
 from durability.replication.client import REASON_MAX, IngestAnswer
 from durability.replication.wire import WireRow, to_wire
-from durability.stores.base import EncodedCheckpoint, RowKey, Store
+from durability.stores.base import Store
+from durability.stores.outbox import RowKey
+from durability.stores.rows import EncodedCheckpoint
 
 if TYPE_CHECKING:
     from durability.replication.connection import Connection
@@ -125,7 +127,7 @@ class DrainReport:
 
 def supports_outbox(store: Store) -> bool:
     """Whether the store keeps an outbox (a custom store without one simply does not replicate)."""
-    return bool(store.capabilities.replicates)
+    return store.outbox is not None
 
 
 @dataclass(slots=True)
@@ -663,10 +665,13 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
     Raises:
         CapabilityError: The store keeps no outbox.
     """
+    outbox = store.outbox
+    if outbox is None:
+        raise store.missing("outbox", "read the outbox status")
     counts: dict[str, list[Any]] = {}
     after: int | None = None
     while True:
-        page = store.outbox(after_seq=after, limit=page_size)
+        page = outbox.entries(after_seq=after, limit=page_size)
         for e in page:
             c = counts.setdefault(e.project_id, [0, 0, 0, None])
             c[("pending", "synced", "quarantined").index(e.state)] += 1
@@ -675,7 +680,7 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
         if len(page) < page_size:
             break
         after = page[-1].seq
-    records = {c.project_id: c for c in store.connections()}
+    records = {c.project_id: c for c in outbox.connections()}
     for project in records:
         counts.setdefault(project, [0, 0, 0, None])
     status = []

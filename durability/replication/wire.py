@@ -31,7 +31,7 @@ from durability import codec
 from durability.clock import as_utc
 from durability.errors import CodecError, RestoreError
 from durability.model import COMPLETED, FAILED, INTERRUPTED, STEP_RUN_END, Checkpoint
-from durability.stores.base import EncodedCheckpoint
+from durability.stores.rows import EncodedCheckpoint
 
 #: Marks the extension object and the format of the payloads in the item (the codec's typed JSON).
 CODEC_MARK = "durability.codec/1"

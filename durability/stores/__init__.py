@@ -21,8 +21,9 @@ import importlib
 import inspect
 from typing import Any
 
+from durability._util import redact_url
 from durability.errors import ConfigError
-from durability.stores.base import Capabilities, Store, ThreadPage, redact_url
+from durability.stores.base import Capabilities, Store, ThreadPage
 
 #: URL scheme (the part before ``://``, before any ``+driver``) → ``module:Class``.
 PROVIDERS: dict[str, str] = {
@@ -32,12 +33,12 @@ PROVIDERS: dict[str, str] = {
     "postgres": "durability.stores.sql:SQLStore",
     "redis": "durability.stores.redis:RedisStore",
     "rediss": "durability.stores.redis:RedisStore",
-    "fastaiagent+sqlite": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
-    "fastaiagent+postgresql": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
-    "fastaiagent+postgres": "durability.stores.foreign_fastaiagent:FastAIAgentStore",
-    "langgraph+sqlite": "durability.stores.foreign_langgraph:LangGraphStore",
-    "langgraph+postgresql": "durability.stores.foreign_langgraph:LangGraphStore",
-    "langgraph+postgres": "durability.stores.foreign_langgraph:LangGraphStore",
+    "fastaiagent+sqlite": "durability.stores.foreign.fastaiagent:FastAIAgentStore",
+    "fastaiagent+postgresql": "durability.stores.foreign.fastaiagent:FastAIAgentStore",
+    "fastaiagent+postgres": "durability.stores.foreign.fastaiagent:FastAIAgentStore",
+    "langgraph+sqlite": "durability.stores.foreign.langgraph:LangGraphStore",
+    "langgraph+postgresql": "durability.stores.foreign.langgraph:LangGraphStore",
+    "langgraph+postgres": "durability.stores.foreign.langgraph:LangGraphStore",
 }
 
 

@@ -2,46 +2,46 @@
 
 It keeps encoded rows, exactly as the other providers do, so every value goes through the
 codec and the fast tests catch codec bugs; one lock makes it safe for threads. It lives with
-its process: it cannot hold a parked run (no other worker could read it), and the sweep
-reports its waiting horizon as skipped. ``memory://name`` shares one store per name within
-the process; plain ``memory://`` is a fresh store every time.
+its process: it holds no parked run (no other worker could read it) and no outbox, and the
+sweep reports its waiting horizon as skipped. ``memory://name`` shares one store per name
+within the process; plain ``memory://`` is a fresh store every time.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar
 
 from durability.clock import to_micros
-from durability.errors import CheckpointConflict, LeaseHeld, LeaseLost, ParkRefused
-from durability.model import Deleted, Lease, Park, ThreadRecord
+from durability.errors import CheckpointConflict, LeaseHeld, LeaseLost
+from durability.model import Deleted, Lease, ThreadRecord
 from durability.settings import Retention
-from durability.stores.base import (
-    CHECKPOINT_COLUMNS,
-    THREAD_COLUMNS,
-    Capabilities,
+from durability.stores.base import Store, ThreadPage, conflict_message
+from durability.stores.ledger import Ledger, lease_held_message, lease_lost_message
+from durability.stores.rows import (
     CheckpointKey,
-    Columns,
     EncodedCheckpoint,
     EncodedWrite,
-    Store,
-    ThreadPage,
+    Select,
+    utf8_len,
+)
+from durability.stores.scans import (
+    CHECKPOINT_COLUMNS,
+    THREAD_COLUMNS,
+    Columns,
+    Scans,
     column_chunks,
-    conflict_message,
-    lease_held_message,
-    lease_lost_message,
-    park_exists_message,
     row_scalars,
     thread_row,
 )
 
 
 @dataclass
-class _Ledger:
+class _LedgerRow:
     owner: str | None = None
     run_id: str | None = None
     started_at: datetime | None = None
@@ -61,15 +61,20 @@ class _Data:
     writes: dict[tuple[str, str, str], dict[tuple[str, int], EncodedWrite]] = field(
         default_factory=dict
     )
-    ledger: dict[str, _Ledger] = field(default_factory=dict)
-    parks: dict[str, Park] = field(default_factory=dict)
+    ledger: dict[str, _LedgerRow] = field(default_factory=dict)
+
+
+_ORDER = {
+    "seq": (lambda r: r.seq or 0, False),
+    "seq_desc": (lambda r: r.seq or 0, True),
+    "id_desc": (lambda r: r.checkpoint_id, True),
+}
 
 
 class MemoryStore(Store):
     """Checkpoints in a dict, encoded through the codec, guarded by one lock."""
 
     provider = "memory"
-    capabilities = Capabilities()
     _named: ClassVar[dict[str, _Data]] = {}
     _named_lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -81,6 +86,8 @@ class MemoryStore(Store):
                 self._data = MemoryStore._named.setdefault(name, _Data())
         else:
             self._data = _Data()
+        self.ledger = MemoryLedger(self)
+        self.scans = MemoryScans(self)
 
     def _setup(self) -> None:
         pass
@@ -101,7 +108,6 @@ class MemoryStore(Store):
             d.ids.clear()
             d.writes.clear()
             d.ledger.clear()
-            d.parks.clear()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -121,33 +127,12 @@ class MemoryStore(Store):
                 seqs.append(d.seq)
             return seqs
 
-    def _latest(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
+    def _select(self, query: Select) -> list[EncodedCheckpoint]:
         with self._data.lock:
-            for row in reversed(self._data.rows.get(thread_id, ())):
-                if row.namespace == namespace:
-                    return row
-            return None
-
-    def _latest_any(self, thread_id: str) -> EncodedCheckpoint | None:
-        with self._data.lock:
-            rows = self._data.rows.get(thread_id)
-            return rows[-1] if rows else None
-
-    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> EncodedCheckpoint | None:
-        with self._data.lock:
-            return self._data.ids.get((thread_id, namespace, checkpoint_id))
-
-    def _history(
-        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
-    ) -> list[EncodedCheckpoint]:
-        with self._data.lock:
-            rows = [
-                r
-                for r in self._data.rows.get(thread_id, ())
-                if (namespace is None or r.namespace == namespace)
-                and (after_seq is None or (r.seq or 0) > after_seq)
-            ]
-        return rows if limit is None else rows[:limit]
+            rows = [r for r in self._data.rows.get(query.thread_id, ()) if query.matches(r, r.seq)]
+        key, reverse = _ORDER[query.order]
+        rows.sort(key=key, reverse=reverse)
+        return rows if query.limit is None else rows[: query.limit]
 
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         with self._data.lock:
@@ -159,9 +144,32 @@ class MemoryStore(Store):
                 if w.idx < 0 or key not in bucket:
                     bucket[key] = w
 
-    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[EncodedWrite]:
+    def _select_writes(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> Mapping[CheckpointKey, Sequence[EncodedWrite]]:
+        writes = self._data.writes
         with self._data.lock:
-            return list(self._data.writes.get((thread_id, namespace, checkpoint_id), {}).values())
+            return {
+                (ns, cid): list(writes.get((thread_id, ns, cid), {}).values()) for ns, cid in keys
+            }
+
+    def _set_status(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        status: str,
+        interrupt_reason: str | None,
+        interrupt_context: str,
+    ) -> bool:
+        with self._data.lock:
+            row = self._data.ids.get((thread_id, namespace, checkpoint_id))
+            if row is None:
+                return False
+            row.size_bytes += utf8_len(interrupt_context) - utf8_len(row.interrupt_context)
+            row.status, row.interrupt_reason = status, interrupt_reason
+            row.interrupt_context = interrupt_context
+            return True
 
     # ------------------------------------------------------------------ threads
 
@@ -183,7 +191,7 @@ class MemoryStore(Store):
         ledger = self._data.ledger.get(thread_id)
         if not rows and ledger is None:
             return None
-        ledger = ledger or _Ledger()
+        ledger = ledger or _LedgerRow()
         return ThreadRecord(
             thread_id=thread_id,
             owner=ledger.owner,
@@ -200,23 +208,11 @@ class MemoryStore(Store):
             newest_seq=rows[-1].seq if rows else None,
         )
 
-    def _delete_thread(self, thread_id: str) -> Deleted:
+    def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
         d = self._data
-        with d.lock:
-            rows = d.rows.pop(thread_id, [])
-            for r in rows:
-                d.ids.pop((r.thread_id, r.namespace, r.checkpoint_id), None)
-            write_keys = [k for k in d.writes if k[0] == thread_id]
-            writes = sum(len(d.writes.pop(k)) for k in write_keys)
-            d.ledger.pop(thread_id, None)
-            d.parks.pop(thread_id, None)
-        return Deleted(checkpoints=len(rows), writes=writes)
-
-    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
-        d = self._data
-        doomed = set(keys)
         with d.lock:
             rows = d.rows.get(thread_id, [])
+            doomed = {(r.namespace, r.checkpoint_id) for r in rows} if keys is None else set(keys)
             kept = [r for r in rows if (r.namespace, r.checkpoint_id) not in doomed]
             if kept:
                 d.rows[thread_id] = kept
@@ -224,55 +220,44 @@ class MemoryStore(Store):
                 d.rows.pop(thread_id, None)
             for namespace, checkpoint_id in doomed:
                 d.ids.pop((thread_id, namespace, checkpoint_id), None)
+            if keys is None:
+                doomed = {(k[1], k[2]) for k in d.writes if k[0] == thread_id}
+                d.ledger.pop(thread_id, None)
             writes = sum(len(d.writes.pop((thread_id, ns, cid), {})) for ns, cid in doomed)
         return Deleted(checkpoints=len(rows) - len(kept), writes=writes)
 
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
-        with self._data.lock:
-            row = self._data.ids.get((thread_id, namespace, checkpoint_id))
-            if row is None:
-                return False
-            row.size_bytes += _utf8_len(interrupt_context) - _utf8_len(row.interrupt_context)
-            row.status, row.interrupt_reason = status, interrupt_reason
-            row.interrupt_context = interrupt_context
-            return True
 
-    # ------------------------------------------------------------------ ledger
+class MemoryLedger(Ledger):
+    """The memory store's ledger: a record per thread beside its rows."""
 
-    def _ledger_row(self, thread_id: str) -> _Ledger:
-        return self._data.ledger.setdefault(thread_id, _Ledger())
+    store: MemoryStore
 
-    def _ledger_start(
+    def _row(self, thread_id: str) -> _LedgerRow:
+        return self.store._data.ledger.setdefault(thread_id, _LedgerRow())
+
+    def _start(
         self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
     ) -> None:
-        with self._data.lock:
-            row = self._ledger_row(thread_id)
+        with self.store._data.lock:
+            row = self._row(thread_id)
             row.owner, row.run_id, row.started_at, row.retention = owner, run_id, now, retention
 
-    def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
-        with self._data.lock:
-            row = self._ledger_row(thread_id)
+    def _mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
+        with self.store._data.lock:
+            row = self._row(thread_id)
             row.finished_at, row.due_at = finished_at, due
 
-    def _ledger_unmark(self, thread_id: str) -> None:
-        with self._data.lock:
-            row = self._data.ledger.get(thread_id)
+    def _unmark(self, thread_id: str) -> None:
+        with self.store._data.lock:
+            row = self.store._data.ledger.get(thread_id)
             if row is not None:
                 row.finished_at = row.due_at = None
 
-    def _lease_acquire(
+    def _acquire(
         self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
     ) -> Lease:
-        with self._data.lock:
-            row = self._ledger_row(thread_id)
+        with self.store._data.lock:
+            row = self._row(thread_id)
             current = row.lease
             if current is not None and current.holder != holder and current.live(now):
                 raise LeaseHeld(lease_held_message(thread_id, current))
@@ -285,74 +270,51 @@ class MemoryStore(Store):
             )
             return row.lease
 
-    def _lease_renew(
-        self, thread_id: str, holder: str, now: datetime, expires_at: datetime
-    ) -> Lease:
-        with self._data.lock:
-            row = self._data.ledger.get(thread_id)
+    def _renew(self, thread_id: str, holder: str, now: datetime, expires_at: datetime) -> Lease:
+        with self.store._data.lock:
+            row = self.store._data.ledger.get(thread_id)
             current = row.lease if row else None
             if row is None or current is None or current.holder != holder:
                 raise LeaseLost(lease_lost_message(thread_id, holder, current))
             row.lease = replace(current, expires_at=expires_at)
             return row.lease
 
-    def _lease_release(self, thread_id: str, holder: str) -> None:
-        with self._data.lock:
-            row = self._data.ledger.get(thread_id)
+    def _release(self, thread_id: str, holder: str) -> None:
+        with self.store._data.lock:
+            row = self.store._data.ledger.get(thread_id)
             if row is not None and row.lease is not None and row.lease.holder == holder:
                 row.lease = None
 
-    # ------------------------------------------------------------------ parks
 
-    def _insert_park(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
-        # Memory never holds a park (the base refuses first); kept for custom subclasses.
-        with self._data.lock:
-            if park.thread_id in self._data.parks:
-                raise ParkRefused(park_exists_message(park.thread_id))
-            seq = self._insert([row], synced=synced)[0]
-            self._data.parks[park.thread_id] = park
-            return seq
+class MemoryScans(Scans):
+    """Column reads straight from the memory store's rows."""
 
-    def _claim_park(self, thread_id: str) -> Park | None:
-        with self._data.lock:
-            return self._data.parks.pop(thread_id, None)
-
-    def _get_park(self, thread_id: str) -> Park | None:
-        with self._data.lock:
-            return self._data.parks.get(thread_id)
-
-    def _parks(self) -> list[Park]:
-        with self._data.lock:
-            return list(self._data.parks.values())
-
-    # ---- analysis reads
+    store: MemoryStore
 
     def _checkpoint_columns(
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
     ) -> Iterator[Columns]:
-        with self._data.lock:
-            names = [thread_id] if thread_id is not None else list(self._data.rows)
-            rows = [r for name in names for r in self._data.rows.get(name, ())]
+        data = self.store._data
+        with data.lock:
+            names = [thread_id] if thread_id is not None else list(data.rows)
+            rows = [r for name in names for r in data.rows.get(name, ())]
         # Memory keeps no outbox: synced and sync_error are unknown.
         scalars = ((*row_scalars(r)[:11], None, None, r.runner) for r in rows)
         return column_chunks(CHECKPOINT_COLUMNS, scalars, chunk_size)
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
-        with self._data.lock:
-            names = set(self._data.rows) | set(self._data.ledger)
+        data = self.store._data
+        with data.lock:
+            names = set(data.rows) | set(data.ledger)
             found = [
                 (
-                    self._record(name),
+                    self.store._record(name),
                     [
                         (r.seq or 0, to_micros(r.created_at), r.status, r.run_id)
-                        for r in self._data.rows.get(name, ())
+                        for r in data.rows.get(name, ())
                     ],
                 )
                 for name in names
             ]
         rows = (thread_row(record, points) for record, points in found if record is not None)
         return column_chunks(THREAD_COLUMNS, rows, chunk_size)
-
-
-def _utf8_len(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))

@@ -33,16 +33,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection as SAConnection
 
-from durability.model import OutboxEntry, Park, PendingWrite, ThreadRecord, TypedValue
+from durability.model import PendingWrite, ThreadRecord, TypedValue
 from durability.stores.base import ThreadPage
-from durability.stores.foreign import ForeignStore, Row, WrittenRow
-from durability.stores.langgraph_map import (
+from durability.stores.foreign.base import ForeignStore, Row, WrittenRow
+from durability.stores.foreign.langgraph_map import (
     INTERRUPT,
     RESUME,
     interrupt_fields,
     node_of,
     to_checkpoint,
 )
+from durability.stores.rows import CheckpointKey, Select
 
 _BLOCKED = ("msgpack_blocked", "msgpack_method_blocked")
 
@@ -330,67 +331,41 @@ class LangGraphStore(ForeignStore):
     def _has_any_checkpoint(self) -> bool:
         return bool(self._raw("", {}, "seq", 1))
 
-    def _latest(self, thread_id: str, namespace: str) -> Row | None:
-        rows = self._raw(
-            "thread_id = :t AND checkpoint_ns = :ns",
-            {"t": thread_id, "ns": namespace},
-            "seq DESC",
-            1,
-        )
-        return rows[0] if rows else None
+    def _select(self, query: Select) -> list[Row]:
+        clause = self.select_clause(query, thread="thread_id", namespace="checkpoint_ns")
+        assert clause is not None  # the source has namespaces: every query has a clause
+        where, params, order = clause
+        return self._raw(where, params, order, query.limit)
 
-    def _latest_any(self, thread_id: str) -> Row | None:
-        rows = self._raw("thread_id = :t", {"t": thread_id}, "seq DESC", 1)
-        return rows[0] if rows else None
-
-    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> Row | None:
-        rows = self._raw(
-            "thread_id = :t AND checkpoint_ns = :ns AND checkpoint_id = :c",
-            {"t": thread_id, "ns": namespace, "c": checkpoint_id},
-            "seq",
-            1,
-        )
-        return rows[0] if rows else None
-
-    def _history(
-        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
-    ) -> list[Row]:
-        where = "thread_id = :t"
-        if namespace is not None:
-            where += " AND checkpoint_ns = :ns"
-        if after_seq is not None:
-            where += " AND seq > :after"
-        return self._raw(where, {"t": thread_id, "ns": namespace, "after": after_seq}, "seq", limit)
-
-    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[WrittenRow]:
+    def _select_writes(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> dict[CheckpointKey, list[WrittenRow]]:
         self.ready()
+        where = "thread_id = :t AND checkpoint_ns = :ns AND checkpoint_id = :c"
         with self.read("read pending writes") as conn:
-            rows = self._write_rows(
-                conn,
-                "thread_id = :t AND checkpoint_ns = :ns AND checkpoint_id = :c",
-                {"t": thread_id, "ns": namespace, "c": checkpoint_id},
-            )
-        written = []
-        for r in rows:
-            problems: list[dict[str, Any]] = []
-            value = self._value(r.type, r.value, "value", problems)
-            if problems:
-                value = TypedValue(r.type or "", bytes(r.value or b""))
-            written.append(
-                WrittenRow(
-                    PendingWrite(
-                        thread_id=r.thread_id,
-                        namespace=r.checkpoint_ns,
-                        checkpoint_id=r.checkpoint_id,
-                        task_id=r.task_id,
-                        idx=int(r.idx),
-                        channel=r.channel,
-                        value=value,
-                        task_path=r.task_path or "",
-                    )
-                )
-            )
-        return written
+            return {
+                (ns, cid): [
+                    WrittenRow(self._write(r))
+                    for r in self._write_rows(conn, where, {"t": thread_id, "ns": ns, "c": cid})
+                ]
+                for ns, cid in keys
+            }
+
+    def _write(self, r: Any) -> PendingWrite:
+        problems: list[dict[str, Any]] = []
+        value = self._value(r.type, r.value, "value", problems)
+        if problems:
+            value = TypedValue(r.type or "", bytes(r.value or b""))
+        return PendingWrite(
+            thread_id=r.thread_id,
+            namespace=r.checkpoint_ns,
+            checkpoint_id=r.checkpoint_id,
+            task_id=r.task_id,
+            idx=int(r.idx),
+            channel=r.channel,
+            value=value,
+            task_path=r.task_path or "",
+        )
 
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
         records = self._records(
@@ -432,7 +407,8 @@ class LangGraphStore(ForeignStore):
                 )
         records = []
         for r in rows:
-            latest = self._latest_any(r.thread_id)
+            found = self._select(Select(r.thread_id, None, order="seq_desc", limit=1))
+            latest = found[0] if found else None
             newest_at = latest.checkpoint.created_at if latest else None
             records.append(
                 ThreadRecord(
@@ -446,22 +422,6 @@ class LangGraphStore(ForeignStore):
                 )
             )
         return records
-
-    def _parks(self) -> list[Park]:
-        return []  # a LangGraph interrupt is a waiting thread, not a park
-
-    def _get_park(self, thread_id: str) -> Park | None:
-        return None
-
-    def _outbox(
-        self,
-        state: str | None,
-        project_id: str | None,
-        thread_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> list[OutboxEntry]:
-        raise self._no_outbox()
 
 
 __all__ = ["LangGraphStore", "StrictDecoder"]

@@ -2,9 +2,10 @@
 
 A foreign store (``fastaiagent+sqlite:///local.db``, ``langgraph+postgresql://…``) keeps the
 :class:`~durability.stores.Store` contract's reads — ``latest``, ``get``, ``history``,
-``threads``, ``thread``, ``writes``, ``parks``, ``outbox`` — mapped onto the durability model,
-so every frame, plot and notebook works on it unchanged. Every write refuses with
-:class:`~durability.errors.ReadOnlyStoreError`, before anything is sent to the database.
+``threads``, ``thread``, ``writes`` and, where the source keeps them, parks and outbox state —
+mapped onto the durability model, so every frame, plot and notebook works on it unchanged.
+Every write refuses with :class:`~durability.errors.ReadOnlyStoreError`, before anything is
+sent to the database; so does every capability the source lacks (it keeps no ledger).
 
 * SQLite files are opened with a ``mode=ro`` URI (and ``PRAGMA query_only``): WAL content is
   read, nothing is written, the file stays byte-identical, and the SDK that owns it keeps
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,19 +32,19 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection as SAConnection
 
-from durability.errors import ConfigError, ReadOnlyStoreError, StoreError, StoreUnavailable
-from durability.model import Checkpoint, Deleted, Lease, Park, PendingWrite
-from durability.settings import Retention
-from durability.stores.base import (
-    Capabilities,
-    CheckpointKey,
-    Connection,
-    EncodedCheckpoint,
-    EncodedWrite,
-    RowKey,
-    Store,
-    redact_url,
+from durability._util import redact_url
+from durability.errors import (
+    ConfigError,
+    DurabilityError,
+    ReadOnlyStoreError,
+    StoreError,
+    StoreUnavailable,
 )
+from durability.model import Checkpoint, Deleted, Park, PendingWrite
+from durability.stores.base import Store
+from durability.stores.outbox import ConnectionRecord, Outbox, RowKey
+from durability.stores.parks import Parks
+from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -87,7 +88,6 @@ class ForeignStore(Store):
     """
 
     source: str = ""
-    capabilities = Capabilities()
 
     def __init__(self, url: str, *, schema: str | None = None, **kwargs: Any) -> None:
         super().__init__(url=url, **kwargs)
@@ -195,32 +195,60 @@ class ForeignStore(Store):
     def _read_generation(self) -> int | None:
         return None  # a foreign store records none; ready() never asks
 
+    # ------------------------------------------------------------------ reads
+
+    def select_clause(
+        self, query: Select, *, thread: str, namespace: str | None
+    ) -> tuple[str, dict[str, Any], str] | None:
+        """``query`` as a WHERE clause, its parameters and an ORDER BY over the source's columns.
+
+        ``thread`` and ``namespace`` name the source's columns (``namespace=None``: the source
+        has none, so only the root namespace holds rows; ``None`` is returned for another).
+        """
+        if namespace is None and query.namespace:
+            return None
+        by_id = 'checkpoint_id COLLATE "C"' if self.dialect == "postgres" else "checkpoint_id"
+        where = [f"{thread} = :t"]
+        params: dict[str, Any] = {"t": query.thread_id}
+        for clause, name, value in (
+            (f"{namespace} = :ns", "ns", query.namespace if namespace else None),
+            ("checkpoint_id = :c", "c", query.checkpoint_id),
+            ("seq > :after", "after", query.after_seq),
+            (f"{by_id} < :before", "before", query.before_id),
+        ):
+            if value is not None:
+                where.append(clause)
+                params[name] = value
+        order = {"seq": "seq", "seq_desc": "seq DESC", "id_desc": f"{by_id} DESC"}[query.order]
+        return " AND ".join(where), params, order
+
     # ------------------------------------------------------------------ writes refuse
 
-    def _refuse(self, action: str) -> ReadOnlyStoreError:
+    def refuse(self, action: str) -> ReadOnlyStoreError:
+        """The refusal of a write: this store is opened read-only."""
         return ReadOnlyStoreError(
             f"cannot {action}: the {self.source} store {redact_url(self.url)} is opened "
             "read-only (durability reads foreign stores in place and never writes to them); "
             f"copy the threads into a durability store to change them"
         )
 
+    def missing(self, capability: str, action: str) -> DurabilityError:
+        return self.refuse(action)
+
     def _write_generation(self, generation: int) -> None:
-        raise self._refuse("record a format generation")
+        raise self.refuse("record a format generation")
 
     def _wipe(self) -> None:
-        raise self._refuse("reset the store")
+        raise self.refuse("reset the store")
 
     def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
-        raise self._refuse("put checkpoints")
+        raise self.refuse("put checkpoints")
 
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
-        raise self._refuse("store pending writes")
+        raise self.refuse("store pending writes")
 
-    def _delete_thread(self, thread_id: str) -> Deleted:
-        raise self._refuse("delete a thread")
-
-    def _delete_checkpoints(self, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
-        raise self._refuse("delete checkpoints")
+    def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
+        raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
 
     def _set_status(
         self,
@@ -231,31 +259,13 @@ class ForeignStore(Store):
         interrupt_reason: str | None,
         interrupt_context: str,
     ) -> bool:
-        raise self._refuse("change a checkpoint's status")
+        raise self.refuse("change a checkpoint's status")
 
-    def _ledger_start(
-        self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
-    ) -> None:
-        raise self._refuse("record a run start")
 
-    def _ledger_mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
-        raise self._refuse("mark a thread finished")
+class ForeignParks(Parks):
+    """The parks a foreign store records, read-only."""
 
-    def _ledger_unmark(self, thread_id: str) -> None:
-        raise self._refuse("unmark a finished thread")
-
-    def _lease_acquire(
-        self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
-    ) -> Lease:
-        raise self._refuse("take a lease")
-
-    def _lease_renew(
-        self, thread_id: str, holder: str, now: datetime, expires_at: datetime
-    ) -> Lease:
-        raise self._refuse("renew a lease")
-
-    def _lease_release(self, thread_id: str, holder: str) -> None:
-        raise self._refuse("release a lease")
+    store: ForeignStore
 
     def park(
         self,
@@ -264,38 +274,49 @@ class ForeignStore(Store):
         deadline: datetime | None,
         reason: str = "",
         context: Any = None,
+        deadline_source: str = "declared",
+        synced: bool = False,
     ) -> tuple[Checkpoint, Park]:
         """Refused: read-only (before the park rules, which would refuse for another reason)."""
-        raise self._refuse("park a run")
+        raise self.store.refuse("park a run")
 
-    def _insert_park(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
-        raise self._refuse("park a run")
+    def _insert(self, row: EncodedCheckpoint, park: Park, *, synced: bool) -> int:
+        raise self.store.refuse("park a run")
 
-    def _claim_park(self, thread_id: str) -> Park | None:
-        raise self._refuse("claim a park")
+    def _claim(self, thread_id: str) -> Park | None:
+        raise self.store.refuse("claim a park")
 
-    def _fetch_unsynced(
-        self, limit: int, max_bytes: int | None, project_id: str | None, exclude: Collection[RowKey]
+
+class ForeignOutbox(Outbox):
+    """The replication state a foreign store records (its own SDK drains it), read-only."""
+
+    store: ForeignStore
+
+    def _fetch(
+        self, limit: int, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
-        raise self._refuse("drain the outbox (its own SDK drains it)")
+        raise self.store.refuse("drain the outbox (its own SDK drains it)")
 
     def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
-        raise self._refuse("mark rows synced")
+        raise self.store.refuse("mark rows synced")
 
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
-        raise self._refuse("quarantine rows")
+        raise self.store.refuse("quarantine rows")
 
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
-        raise self._refuse("record a send attempt")
+        raise self.store.refuse("record a send attempt")
 
     def _release(self, keys: list[RowKey] | None) -> int:
-        raise self._refuse("release quarantined rows")
+        raise self.store.refuse("release quarantined rows")
 
-    def _record_connection(self, connection: Connection) -> None:
-        raise self._refuse("record a connection")
+    def _record_connection(self, connection: ConnectionRecord) -> None:
+        raise self.store.refuse("record a connection")
 
     def _forget_connection(self, project_id: str) -> None:
-        raise self._refuse("forget a connection")
+        raise self.store.refuse("forget a connection")
+
+    def _connections(self) -> list[ConnectionRecord]:
+        return []
 
 
 def _sqlite_read_only(path: Path, url: str) -> sa.Engine:
@@ -329,9 +350,3 @@ def parse_time(value: Any) -> datetime | None:
     if not isinstance(value, datetime):
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def chunks(values: Sequence[str], size: int = 500) -> Iterator[list[str]]:
-    """``values`` in lists of at most ``size`` (bound-parameter limits)."""
-    for start in range(0, len(values), size):
-        yield list(values[start : start + size])

@@ -48,15 +48,25 @@ from sqlalchemy.engine import Connection as SAConnection
 
 from durability.clock import from_micros, to_micros
 from durability.model import COMPLETED, Checkpoint, OutboxEntry, Park, ThreadRecord
-from durability.stores.base import (
+from durability.stores.base import ThreadPage
+from durability.stores.foreign.base import (
+    ForeignOutbox,
+    ForeignParks,
+    ForeignStore,
+    Row,
+    WrittenRow,
+    parse_time,
+)
+from durability.stores.rows import CheckpointKey, Select
+from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
+    CheckpointAddress,
     Columns,
-    ThreadPage,
+    Scans,
     column_chunks,
     thread_row,
 )
-from durability.stores.foreign import ForeignStore, Row, WrittenRow, parse_time
 
 _JSON_FIELDS = (
     "state_snapshot",
@@ -90,6 +100,12 @@ class FastAIAgentStore(ForeignStore):
     source = "fastaiagent"
     default_schema = "fastaiagent"
 
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.parks = FastAIAgentParks(self)
+        self.outbox = FastAIAgentOutbox(self)
+        self.scans = FastAIAgentScans(self)
+
     # ------------------------------------------------------------------ the row query
 
     def _setup(self) -> None:
@@ -120,9 +136,10 @@ class FastAIAgentStore(ForeignStore):
             f"'' AS project_id, {', '.join(_COLUMNS)}, ({size}) AS size_bytes FROM {table}"
         )
 
-    def _select(
+    def query(
         self, where: str = "", order: str = "seq", limit: int | None = None, **params: Any
     ) -> list[Any]:
+        """Checkpoint rows of the normalised query, filtered and ordered in SQL."""
         self.ready()
         sql = f"SELECT * FROM ({self._base}) AS c" + (f" WHERE {where}" if where else "")  # noqa: S608
         sql += f" ORDER BY {order}" + (" LIMIT :limit" if limit is not None else "")
@@ -131,40 +148,22 @@ class FastAIAgentStore(ForeignStore):
         with self.read("read checkpoints") as conn:
             return list(conn.execute(sa.text(sql), params))
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ the contract's reads
 
     def _has_any_checkpoint(self) -> bool:
-        return bool(self._select(limit=1))
+        return bool(self.query(limit=1))
 
-    def _latest(self, thread_id: str, namespace: str) -> Row | None:
-        if namespace:
-            return None
-        return self._latest_any(thread_id)
-
-    def _latest_any(self, thread_id: str) -> Row | None:
-        rows = self._select("execution_id = :t", "seq DESC", 1, t=thread_id)
-        return _row(rows[0]) if rows else None
-
-    def _get(self, thread_id: str, namespace: str, checkpoint_id: str) -> Row | None:
-        if namespace:
-            return None
-        rows = self._select(
-            "execution_id = :t AND checkpoint_id = :c", limit=1, t=thread_id, c=checkpoint_id
-        )
-        return _row(rows[0]) if rows else None
-
-    def _history(
-        self, thread_id: str, namespace: str | None, after_seq: int | None, limit: int | None
-    ) -> list[Row]:
-        if namespace:
+    def _select(self, query: Select) -> list[Row]:
+        clause = self.select_clause(query, thread="execution_id", namespace=None)
+        if clause is None:
             return []
-        where = "execution_id = :t" + (" AND seq > :after" if after_seq is not None else "")
-        return [_row(r) for r in self._select(where, limit=limit, t=thread_id, after=after_seq)]
+        where, params, order = clause
+        return [_row(r) for r in self.query(where, order, query.limit, **params)]
 
-    def _writes(self, thread_id: str, namespace: str, checkpoint_id: str) -> list[WrittenRow]:
-        return []  # fastaiagent keeps no pending writes (its put_writes is a no-op)
-
-    # ------------------------------------------------------------------ threads
+    def _select_writes(
+        self, thread_id: str, keys: list[CheckpointKey]
+    ) -> dict[CheckpointKey, list[WrittenRow]]:
+        return {}  # fastaiagent keeps no pending writes (its put_writes is a no-op)
 
     def _thread_page(self, cursor: str | None, limit: int) -> ThreadPage:
         where = "execution_id > :cursor" if cursor is not None else ""
@@ -197,26 +196,44 @@ class FastAIAgentStore(ForeignStore):
                 for r in rows
             ]
 
-    # ------------------------------------------------------------------ parks
+    def scalar_rows(self, thread_id: str | None) -> list[Any]:
+        """Every checkpoint's scalar columns by thread and write order; the JSON is never parsed."""
+        self.ready()
+        sql = (
+            "SELECT execution_id, checkpoint_id, seq, node_id, node_index, step_type, status, "  # noqa: S608
+            f"created_at, size_bytes, synced, sync_error, chain_name FROM ({self._base}) AS c"
+            + (" WHERE execution_id = :t" if thread_id is not None else "")
+            + " ORDER BY execution_id, seq"
+        )
+        with self.read("read checkpoint columns") as conn:
+            return list(conn.execute(sa.text(sql), {"t": thread_id}))
 
-    def _parks(self) -> list[Park]:
-        return self._read_parks("")
 
-    def _get_park(self, thread_id: str) -> Park | None:
-        parks = self._read_parks("WHERE p.execution_id = :t", t=thread_id)
+class FastAIAgentParks(ForeignParks):
+    """A ``pending_interrupts`` row is a park: the SDK records no deadline, so it is the pause's
+    time plus the waiting retention (``deadline_source="horizon"``)."""
+
+    store: FastAIAgentStore
+
+    def _pending(self) -> list[Park]:
+        return self._read("")
+
+    def _get(self, thread_id: str) -> Park | None:
+        parks = self._read("WHERE p.execution_id = :t", t=thread_id)
         return parks[0] if parks else None
 
-    def _read_parks(self, where: str, **params: Any) -> list[Park]:
-        self.ready()
+    def _read(self, where: str, **params: Any) -> list[Park]:
+        store = self.store
+        store.ready()
         # The interrupted checkpoint the pause belongs to: the execution's last one.
         sql = (
             "SELECT p.execution_id, p.chain_name, p.node_id, p.reason, p.context, p.created_at, "  # noqa: S608
-            f"(SELECT c.checkpoint_id FROM ({self._base}) AS c WHERE c.execution_id = p.execution_id "
+            f"(SELECT c.checkpoint_id FROM ({store._base}) AS c WHERE c.execution_id = p.execution_id "
             "AND c.status = 'interrupted' ORDER BY c.seq DESC LIMIT 1) AS checkpoint_id "
-            f"FROM {self.table('pending_interrupts')} AS p {where}"
+            f"FROM {store.table('pending_interrupts')} AS p {where}"
         )
-        waiting = self.settings.waiting_retention
-        with self.read("list parks") as conn:
+        waiting = store.settings.waiting_retention
+        with store.read("list parks") as conn:
             parks = []
             for r in conn.execute(sa.text(sql), params):
                 created = parse_time(r.created_at)
@@ -230,15 +247,19 @@ class FastAIAgentStore(ForeignStore):
                         reason=r.reason,
                         context=_json(r.context)[0],
                         created_at=created,
-                        deadline=(created or self.clock()) + waiting,
+                        deadline=(created or store.clock()) + waiting,
                         deadline_source="horizon",
                     )
                 )
             return parks
 
-    # ------------------------------------------------------------------ outbox
 
-    def _outbox(
+class FastAIAgentOutbox(ForeignOutbox):
+    """The SDK's ``synced`` and ``sync_error`` columns as outbox entries (attempts: 0)."""
+
+    store: FastAIAgentStore
+
+    def _entries(
         self,
         state: str | None,
         project_id: str | None,
@@ -246,21 +267,23 @@ class FastAIAgentStore(ForeignStore):
         after_seq: int | None,
         limit: int | None,
     ) -> list[OutboxEntry]:
-        synced = "synced" if self.dialect == "postgres" else "synced = 1"
+        postgres = self.store.dialect == "postgres"
+        synced = "synced" if postgres else "synced = 1"
         clauses = {
             None: None,
-            "pending": "NOT synced" if self.dialect == "postgres" else "synced = 0",
+            "pending": "NOT synced" if postgres else "synced = 0",
             "synced": f"{synced} AND sync_error IS NULL",
             "quarantined": f"{synced} AND sync_error IS NOT NULL",
         }
         where = [w for w in (clauses[state],) if w]
-        if project_id is not None:
-            where.append("project_id = :p")
-        if thread_id is not None:
-            where.append("execution_id = :t")
-        if after_seq is not None:
-            where.append("seq > :after")
-        rows = self._select(
+        for clause, value in (
+            ("project_id = :p", project_id),
+            ("execution_id = :t", thread_id),
+            ("seq > :after", after_seq),
+        ):
+            if value is not None:
+                where.append(clause)
+        rows = self.store.query(
             " AND ".join(where), limit=limit, p=project_id, t=thread_id, after=after_seq
         )
         return [
@@ -279,19 +302,11 @@ class FastAIAgentStore(ForeignStore):
             for r in rows
         ]
 
-    # ---- analysis reads
 
-    def _scalar_rows(self, thread_id: str | None) -> list[Any]:
-        """Every checkpoint's scalar columns by thread and write order; the JSON is never parsed."""
-        self.ready()
-        sql = (
-            "SELECT execution_id, checkpoint_id, seq, node_id, node_index, step_type, status, "  # noqa: S608
-            f"created_at, size_bytes, synced, sync_error, chain_name FROM ({self._base}) AS c"
-            + (" WHERE execution_id = :t" if thread_id is not None else "")
-            + " ORDER BY execution_id, seq"
-        )
-        with self.read("read checkpoint columns") as conn:
-            return list(conn.execute(sa.text(sql), {"t": thread_id}))
+class FastAIAgentScans(Scans):
+    """Column reads from the normalised query's scalar columns (the JSON is never parsed)."""
+
+    store: FastAIAgentStore
 
     def _checkpoint_columns(
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
@@ -313,14 +328,14 @@ class FastAIAgentStore(ForeignStore):
                 r.sync_error,
                 r.chain_name or "",
             )
-            for r in self._scalar_rows(thread_id)
+            for r in self.store.scalar_rows(thread_id)
         )
         return column_chunks(CHECKPOINT_COLUMNS, rows, chunk_size)
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
         def rows() -> Iterator[tuple[Any, ...]]:
             for thread_id, group in itertools.groupby(
-                self._scalar_rows(None), key=lambda r: r.execution_id
+                self.store.scalar_rows(None), key=lambda r: r.execution_id
             ):
                 members = list(group)
                 points = [
@@ -339,18 +354,19 @@ class FastAIAgentStore(ForeignStore):
 
         return column_chunks(THREAD_COLUMNS, rows(), chunk_size)
 
-    def _run_end_outputs(self, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+    def _run_end_outputs(self, keys: list[CheckpointAddress]) -> dict[CheckpointAddress, Any]:
         """A run end's record: the SDK keeps ``run_status`` / ``run_error`` in its state.
 
         Only these rows' JSON is parsed, and only their ``run_*`` keys are kept.
         """
-        self.ready()
-        found: dict[tuple[str, str, str], Any] = {}
+        store = self.store
+        store.ready()
+        found: dict[CheckpointAddress, Any] = {}
         sql = (
-            f"SELECT node_output, state_snapshot FROM ({self._base}) AS c "  # noqa: S608
+            f"SELECT node_output, state_snapshot FROM ({store._base}) AS c "  # noqa: S608
             "WHERE execution_id = :t AND checkpoint_id = :c"
         )
-        with self.read("read run ends") as conn:
+        with store.read("read run ends") as conn:
             for key in keys:
                 thread_id, namespace, checkpoint_id = key
                 row = (

@@ -1,0 +1,173 @@
+"""The thread ledger capability: who runs a thread, its declared retention, its mark, its lease.
+
+A store that keeps a ledger sets ``store.ledger`` to a subclass of :class:`Ledger` that
+implements its primitives. The ledger's fields reach readers through the core contract's
+thread records (:meth:`Store.thread`), which the backend fills from the same records.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from durability.errors import InvalidIdError
+from durability.model import Lease, ThreadRecord
+from durability.settings import Retention, due_at
+from durability.stores.ids import check_id, check_thread
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+
+
+class Ledger(ABC):
+    """Run starts, finished marks and leases of a store's threads."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.store!r}>"
+
+    def record_run_start(
+        self,
+        thread_id: str,
+        *,
+        run_id: str,
+        owner: str,
+        retention: Retention | None = None,
+    ) -> ThreadRecord:
+        """Record a run starting on the thread: its owner and declared retention.
+
+        A later run on the same thread replaces the declared retention. This does not touch
+        the finished mark; consumers call :meth:`unmark_finished` themselves.
+        """
+        action = "record a run start"
+        check_thread(thread_id, "", action)
+        check_id(run_id, "run_id", action=action, allow_empty=True)
+        check_id(owner, "owner", action=action, allow_empty=True)
+        self.store.ready()
+        self._start(thread_id, run_id, owner, retention or Retention(), self.store.clock())
+        return self._record(thread_id)
+
+    def mark_finished(self, thread_id: str) -> ThreadRecord:
+        """Put the thread in the finished set, due from the retention in force now."""
+        check_thread(thread_id, "", "mark a thread finished")
+        self.store.ready()
+        now = self.store.clock()
+        declared = retention_of(self.store.thread(thread_id))
+        self._mark(thread_id, now, due_at(self.store.settings, declared, now))
+        return self._record(thread_id)
+
+    def unmark_finished(self, thread_id: str) -> None:
+        """Take the thread out of the finished set (a no-op if it is not in it)."""
+        check_thread(thread_id, "", "unmark a finished thread")
+        self.store.ready()
+        self._unmark(thread_id)
+
+    def acquire_lease(
+        self, thread_id: str, holder: str, ttl: timedelta, *, run_id: str = ""
+    ) -> Lease:
+        """Take the thread's lease for ``ttl``; :class:`~durability.errors.LeaseHeld` if
+        another holds a live one. The same holder may take it again (that renews it)."""
+        action = "take a lease"
+        span = self._check_lease(thread_id, holder, ttl, action)
+        now = self.store.clock()
+        return self._acquire(thread_id, holder, run_id, now, now + span)
+
+    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta) -> Lease:
+        """Extend the caller's lease; :class:`~durability.errors.LeaseLost` if it is not
+        theirs any more."""
+        span = self._check_lease(thread_id, holder, ttl, "renew a lease")
+        now = self.store.clock()
+        return self._renew(thread_id, holder, now, now + span)
+
+    def release_lease(self, thread_id: str, holder: str) -> None:
+        """Drop the caller's lease (a no-op if it is not theirs)."""
+        check_thread(thread_id, "", "release a lease")
+        check_id(holder, "lease holder", action="release a lease")
+        self.store.ready()
+        self._release(thread_id, holder)
+
+    def finished_due(self, now: datetime | None = None) -> list[ThreadRecord]:
+        """Threads marked finished whose due time is at or before ``now``, earliest due first.
+
+        What the sweep deletes first. Backends answer it from an index of the finished set;
+        the default walks every thread.
+        """
+        self.store.ready()
+        found = self._finished_due(now or self.store.clock())
+        return sorted(found, key=lambda r: (r.due_at, r.thread_id))
+
+    def _check_lease(self, thread_id: str, holder: str, ttl: timedelta, action: str) -> timedelta:
+        check_thread(thread_id, "", action)
+        check_id(holder, "lease holder", action=action)
+        if ttl <= timedelta(0):
+            raise InvalidIdError(f"cannot {action}: lease ttl {ttl} must be positive")
+        self.store.ready()
+        return ttl
+
+    def _record(self, thread_id: str) -> ThreadRecord:
+        record = self.store.thread(thread_id)
+        assert record is not None
+        return record
+
+    # ------------------------------------------------------------------ primitives
+
+    @abstractmethod
+    def _start(
+        self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
+    ) -> None:
+        """Record the run start (owner, run, time, declared retention), replacing an earlier one."""
+
+    @abstractmethod
+    def _mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
+        """Record the finished mark and its due time."""
+
+    @abstractmethod
+    def _unmark(self, thread_id: str) -> None:
+        """Clear the finished mark (a no-op without one)."""
+
+    @abstractmethod
+    def _acquire(
+        self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        """Atomically take the lease unless another holder's lease is live at ``now``
+        (:class:`~durability.errors.LeaseHeld`, naming the holder)."""
+
+    @abstractmethod
+    def _renew(self, thread_id: str, holder: str, now: datetime, expires_at: datetime) -> Lease:
+        """Atomically extend the lease if ``holder`` still holds it, else
+        :class:`~durability.errors.LeaseLost`."""
+
+    @abstractmethod
+    def _release(self, thread_id: str, holder: str) -> None:
+        """Drop the lease if ``holder`` holds it."""
+
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        return [r for r in self.store.iter_threads() if r.due_at is not None and r.due_at <= now]
+
+
+def retention_of(record: ThreadRecord | None) -> Retention | None:
+    """The declared retention recorded in a thread's ledger record, if any."""
+    if record is None or (record.declared_waiting is None and record.declared_finished is None):
+        return None
+    return Retention(waiting=record.declared_waiting, finished=record.declared_finished)
+
+
+def lease_held_message(thread_id: str, current: Lease) -> str:
+    """The refusal for a lease another holder has."""
+    return (
+        f"cannot take the lease on thread {thread_id[:80]!r}: {current.holder!r} holds it until "
+        f"{current.expires_at.isoformat()} (run {current.run_id!r}); wait for that run to end or "
+        "its lease to expire"
+    )
+
+
+def lease_lost_message(thread_id: str, holder: str, current: Lease | None) -> str:
+    """The refusal for renewing a lease the caller no longer holds."""
+    now_held = f"{current.holder!r} holds it now" if current else "nobody holds it now"
+    return (
+        f"cannot renew the lease on thread {thread_id[:80]!r} for {holder!r}: the lease was lost "
+        f"({now_held}); stop this run, it may be running elsewhere"
+    )

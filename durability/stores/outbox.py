@@ -1,0 +1,244 @@
+"""The outbox capability: which checkpoints the plane has, and which planes the store feeds.
+
+A store that replicates sets ``store.outbox`` to a subclass of :class:`Outbox`. Each row
+written with ``synced=False`` is pending until the drain marks it synced (the plane has it) or
+quarantined (the plane refused it on payload grounds, with its reason). A store without an
+outbox does not replicate, which is never an error for its callers.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from durability.errors import InvalidIdError
+from durability.model import Checkpoint, OutboxEntry
+from durability.stores.ids import check_id, check_thread
+from durability.stores.rows import EncodedCheckpoint
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+
+#: An outbox row's identity: the thread and the checkpoint's ``seq``.
+RowKey = tuple[str, int]
+
+#: The states an outbox row is in.
+OUTBOX_STATES = ("pending", "synced", "quarantined")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRecord:
+    """A store's record that it replicates a project to a plane (no secret is kept).
+
+    A disconnect keeps the record, with ``disconnected_at`` set: the rows the plane does not
+    have yet still belong to it and are sent at the next connect. Only an operator's
+    ``durability outbox forget`` removes it.
+    """
+
+    project_id: str
+    target: str
+    connected_at: datetime
+    disconnected_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        """Whether a process is connected (as far as the record knows: a crash leaves it open)."""
+        return self.disconnected_at is None
+
+
+class Outbox(ABC):
+    """The replication state of a store's checkpoints and its connection records."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self.store!r}>"
+
+    def fetch_unsynced(
+        self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
+    ) -> list[Checkpoint]:
+        """The oldest un-replicated checkpoints (write order), at most ``limit`` rows.
+
+        ``max_bytes`` caps the batch by ``size_bytes`` (the first row always fits);
+        ``project_id`` limits it to one project.
+        """
+        rows = self.fetch_unsynced_encoded(limit=limit, max_bytes=max_bytes, project_id=project_id)
+        return [row.decode() for row in rows]
+
+    def fetch_unsynced_encoded(
+        self,
+        *,
+        limit: int = 200,
+        max_bytes: int | None = None,
+        project_id: str | None = None,
+        exclude: Collection[RowKey] = (),
+    ) -> list[EncodedCheckpoint]:
+        """:meth:`fetch_unsynced` without decoding: the rows as stored (payloads as codec text).
+
+        The replication drain sends these texts as they are, so a row is never decoded (and a
+        class in its state never needs to be importable) on its way to the plane. Rows in
+        ``exclude`` are skipped: the drain fetches the next batch while one is in flight.
+        """
+        self.store.ready()
+        return cap_bytes(self._fetch(limit, project_id, exclude), max_bytes)
+
+    def mark_synced(self, keys: Iterable[RowKey]) -> None:
+        """Record that the plane has these rows (idempotent)."""
+        self.store.ready()
+        self._mark_synced(list(keys), self.store.clock())
+
+    def mark_sent(self, keys: Iterable[RowKey]) -> None:
+        """Record that one request delivered these rows: :meth:`record_attempt` without an
+        error and :meth:`mark_synced`, in one write where the store can (the drain's ack)."""
+        self.store.ready()
+        self._mark_sent(list(keys), self.store.clock())
+
+    def mark_quarantined(self, reasons: Mapping[RowKey, str]) -> None:
+        """Record rows the plane refused on payload grounds, with its reason (idempotent)."""
+        self.store.ready()
+        self._mark_quarantined(dict(reasons), self.store.clock())
+
+    def record_attempt(self, keys: Iterable[RowKey], error: str | None) -> None:
+        """Count one send attempt on these rows, with the error it met (``None``: it went through)."""
+        self.store.ready()
+        self._record_attempt(list(keys), error)
+
+    def release(self, keys: Iterable[RowKey] | None = None) -> int:
+        """Put quarantined rows back in the outbox (all of them when ``keys`` is ``None``)."""
+        self.store.ready()
+        return self._release(None if keys is None else list(keys))
+
+    def entries(
+        self,
+        *,
+        state: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[OutboxEntry]:
+        """Outbox entries (no payloads) in write order; ``state`` is pending, synced or quarantined."""
+        if state is not None and state not in OUTBOX_STATES:
+            raise InvalidIdError(
+                f"cannot list the outbox: state={state!r} is not one of {', '.join(OUTBOX_STATES)}"
+            )
+        if thread_id is not None:
+            check_thread(thread_id, "", "list the outbox")
+        self.store.ready()
+        return self._entries(state, project_id, thread_id, after_seq, limit)
+
+    __call__ = entries  # ``store.outbox(state=…)`` reads as it did when it was a store method
+
+    def unreplicated(self) -> dict[str, int]:
+        """Per thread, how many of its checkpoints the plane does not have (pending or
+        quarantined); only threads with at least one such row appear."""
+        self.store.ready()
+        return self._unreplicated()
+
+    def record_connection(self, project_id: str, target: str) -> None:
+        """Record that this store replicates ``project_id`` to ``target`` (never the key)."""
+        check_id(project_id, "project_id", action="record a connection", allow_empty=True)
+        self.store.ready()
+        self._record_connection(ConnectionRecord(project_id, target, self.store.clock()))
+
+    def record_disconnection(self, project_id: str) -> None:
+        """Mark ``project_id``'s connection closed, keeping the record (a no-op without one).
+
+        The store still replicates: what the plane lacks waits for the next connect, and the
+        sweep and ``durability threads delete`` keep it meanwhile.
+        """
+        self.store.ready()
+        for record in self._connections():
+            if record.project_id == project_id:
+                self._record_connection(replace(record, disconnected_at=self.store.clock()))
+
+    def forget_connection(self, project_id: str) -> None:
+        """Remove the record of a connection: the operator gives up replicating that project.
+
+        Once no record is left the store no longer replicates, and nothing keeps the rows the
+        plane lacks from the sweep, ``durability threads delete`` or Redis's TTL.
+        """
+        self.store.ready()
+        self._forget_connection(project_id)
+
+    def connections(self) -> list[ConnectionRecord]:
+        """The projects this store replicates: every connection recorded, open or closed."""
+        self.store.ready()
+        return self._connections()
+
+    # ------------------------------------------------------------------ primitives
+
+    @abstractmethod
+    def _fetch(
+        self, limit: int, project_id: str | None, exclude: Collection[RowKey]
+    ) -> list[EncodedCheckpoint]:
+        """The oldest pending rows (write order), at most ``limit``, skipping ``exclude``."""
+
+    @abstractmethod
+    def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
+        """Mark rows synced at ``now``, clearing any quarantine reason."""
+
+    def _mark_sent(self, keys: list[RowKey], now: datetime) -> None:
+        # Two writes by default; a store that can flip both in one statement overrides this.
+        self._record_attempt(keys, None)
+        self._mark_synced(keys, now)
+
+    @abstractmethod
+    def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
+        """Mark rows quarantined with the plane's reason."""
+
+    @abstractmethod
+    def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
+        """Add one to the rows' attempts and record ``error`` as their last error."""
+
+    @abstractmethod
+    def _release(self, keys: list[RowKey] | None) -> int:
+        """Make quarantined rows pending again (all of them for ``None``); how many."""
+
+    @abstractmethod
+    def _entries(
+        self,
+        state: str | None,
+        project_id: str | None,
+        thread_id: str | None,
+        after_seq: int | None,
+        limit: int | None,
+    ) -> list[OutboxEntry]:
+        """Entries in write order, filtered as asked."""
+
+    @abstractmethod
+    def _record_connection(self, connection: ConnectionRecord) -> None:
+        """Insert or replace the record of ``connection.project_id``."""
+
+    @abstractmethod
+    def _forget_connection(self, project_id: str) -> None:
+        """Remove the project's record (a no-op without one)."""
+
+    @abstractmethod
+    def _connections(self) -> list[ConnectionRecord]:
+        """Every record, by project id."""
+
+    def _unreplicated(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in ("pending", "quarantined"):
+            for entry in self._entries(state, None, None, None, None):
+                counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
+        return counts
+
+
+def cap_bytes(rows: list[EncodedCheckpoint], max_bytes: int | None) -> list[EncodedCheckpoint]:
+    """The longest prefix of ``rows`` within ``max_bytes`` of ``size_bytes``; the first row always fits."""
+    if max_bytes is None:
+        return rows
+    kept: list[EncodedCheckpoint] = []
+    total = 0
+    for row in rows:
+        if kept and total + row.size_bytes > max_bytes:
+            break
+        kept.append(row)
+        total += row.size_bytes
+    return kept

@@ -1,0 +1,2 @@
+--! read
+return redis.call('HMGET', P, 'doc', 'claimed')

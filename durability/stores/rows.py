@@ -1,0 +1,277 @@
+"""How stores keep a checkpoint: the one field list, and rows encoded through the codec.
+
+A checkpoint is encoded once, at ``put``: its scalar fields as they are, its payloads (state,
+node input and output, counters, interrupt context, metadata) as codec text. The same texts
+go to SQL, Redis, memory and the wire, and a row is decoded only when a caller reads it.
+
+:data:`STORED_FIELDS` is the one list of what a store keeps of a checkpoint, in order; every
+mapping (the SQL columns, the Redis document, the CLI table) derives from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Literal, Protocol
+
+from durability import codec
+from durability.model import Checkpoint, PendingWrite
+
+#: The ids that address a checkpoint and its run.
+ID_FIELDS = ("thread_id", "namespace", "checkpoint_id", "run_id", "parent_checkpoint_id")
+#: The scalar fields every reader may look at without decoding a payload.
+SCALAR_FIELDS = (
+    "runner",
+    "agent_id",
+    "agent_path",
+    "node_id",
+    "step",
+    "step_type",
+    "status",
+    "iteration",
+    "interrupt_reason",
+    "created_at",
+    "project_id",
+)
+#: The payloads, kept as codec text.
+PAYLOAD_FIELDS = (
+    "state",
+    "node_input",
+    "node_output",
+    "iteration_counters",
+    "interrupt_context",
+    "metadata",
+)
+#: Everything a store keeps of a checkpoint, in column order (``seq`` is the store's own).
+STORED_FIELDS = (*ID_FIELDS, *SCALAR_FIELDS, *PAYLOAD_FIELDS, "size_bytes")
+#: The fields a store may leave empty (``None``); every other one always has a value.
+NULLABLE_FIELDS = frozenset(
+    {"parent_checkpoint_id", "agent_id", "agent_path", "step_type", "interrupt_reason"}
+)
+#: The integer fields (``created_at`` is a time, kept as microseconds since the epoch).
+INTEGER_FIELDS = frozenset({"step", "iteration", "size_bytes"})
+
+
+@dataclass(slots=True)
+class EncodedCheckpoint:
+    """A checkpoint as stores keep it: scalar fields plus codec-encoded payload texts.
+
+    The fields are :data:`STORED_FIELDS` in order, then ``seq``.
+    """
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    run_id: str
+    parent_checkpoint_id: str | None
+    runner: str
+    agent_id: str | None
+    agent_path: str | None
+    node_id: str
+    step: int
+    step_type: str | None
+    status: str
+    iteration: int
+    interrupt_reason: str | None
+    created_at: datetime
+    project_id: str
+    state: str
+    node_input: str
+    node_output: str
+    iteration_counters: str
+    interrupt_context: str
+    metadata: str
+    size_bytes: int
+    seq: int | None = None
+
+    @classmethod
+    def encode(
+        cls, cp: Checkpoint, *, checkpoint_id: str = "", created_at: datetime | None = None
+    ) -> EncodedCheckpoint:
+        """Encode ``cp``; refusals name the field.
+
+        ``checkpoint_id`` and ``created_at``, when given, replace the checkpoint's own (a
+        store fills them); the result must have both.
+        """
+        texts = [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS]
+        state, node_input, node_output, counters, context, metadata = texts
+        created_at = created_at or cp.created_at
+        assert created_at is not None
+        return cls(
+            cp.thread_id,
+            cp.namespace,
+            checkpoint_id or cp.checkpoint_id,
+            cp.run_id,
+            cp.parent_checkpoint_id,
+            cp.runner,
+            cp.agent_id,
+            cp.agent_path,
+            cp.node_id,
+            cp.step,
+            cp.step_type,
+            cp.status,
+            cp.iteration,
+            cp.interrupt_reason,
+            created_at,
+            cp.project_id,
+            state,
+            node_input,
+            node_output,
+            counters,
+            context,
+            metadata,
+            sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+        )
+
+    def decode(self) -> Checkpoint:
+        """The checkpoint this row holds; a payload that cannot be read back fails the read."""
+        values = {name: getattr(self, name) for name in (*ID_FIELDS, *SCALAR_FIELDS)}
+        for name in PAYLOAD_FIELDS:
+            values[name] = codec.loads(getattr(self, name), path=name)
+        return Checkpoint(**values, seq=self.seq, size_bytes=self.size_bytes)
+
+    def values(self) -> tuple[object, ...]:
+        """The stored fields in :data:`STORED_FIELDS` order."""
+        return tuple(getattr(self, name) for name in STORED_FIELDS)
+
+
+assert tuple(f.name for f in fields(EncodedCheckpoint)) == (*STORED_FIELDS, "seq")
+
+
+@dataclass(slots=True)
+class EncodedWrite:
+    """A pending write as stores keep it (``value`` codec-encoded)."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    value: str
+    task_path: str
+
+    def decode(self) -> PendingWrite:
+        """The pending write this row holds."""
+        return PendingWrite(
+            thread_id=self.thread_id,
+            namespace=self.namespace,
+            checkpoint_id=self.checkpoint_id,
+            task_id=self.task_id,
+            idx=self.idx,
+            channel=self.channel,
+            value=codec.loads(self.value, path=f"writes[{self.task_id!r}, {self.idx}]"),
+            task_path=self.task_path,
+        )
+
+    @classmethod
+    def encode(cls, w: PendingWrite) -> EncodedWrite:
+        """Encode ``w``; a refused value names the write."""
+        value = codec.dumps(w.value, path=f"writes[{w.task_id!r}, {w.idx}]")
+        return cls(
+            w.thread_id,
+            w.namespace,
+            w.checkpoint_id,
+            w.task_id,
+            w.idx,
+            w.channel,
+            value,
+            w.task_path,
+        )
+
+
+#: The stored fields of a pending write, in order.
+WRITE_FIELDS = tuple(f.name for f in fields(EncodedWrite))
+
+
+class CheckpointRow(Protocol):
+    """What a read primitive returns: a stored checkpoint, decoded on demand.
+
+    :class:`EncodedCheckpoint` is one; a foreign (read-only) store returns rows of its own.
+    """
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def checkpoint_id(self) -> str: ...
+
+    def decode(self) -> Checkpoint: ...
+
+
+class WriteRow(Protocol):
+    """What a pending-write read returns: a stored pending write, decoded on demand."""
+
+    def decode(self) -> PendingWrite: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """Which of a thread's checkpoints :meth:`Store._select` returns, and in what order.
+
+    * ``namespace``: only that namespace; ``None`` for every namespace.
+    * ``checkpoint_id``: only the checkpoint with that id (at most one row).
+    * ``after_seq``: only rows written after that ``seq``.
+    * ``before_id``: only rows whose ``checkpoint_id`` sorts below it (code point order).
+    * ``order``: ``"seq"`` (write order, oldest first), ``"seq_desc"`` (newest first) or
+      ``"id_desc"`` (greatest ``checkpoint_id`` first, LangGraph's order).
+    * ``limit``: at most that many rows.
+    """
+
+    thread_id: str
+    namespace: str | None = ""
+    checkpoint_id: str | None = None
+    after_seq: int | None = None
+    before_id: str | None = None
+    order: Literal["seq", "seq_desc", "id_desc"] = "seq"
+    limit: int | None = None
+
+    @property
+    def action(self) -> str:
+        """What a caller asking this is doing, for messages: ``read the latest checkpoint``, …"""
+        if self.checkpoint_id is not None:
+            return "read a checkpoint"
+        if self.order == "id_desc":
+            return "list a thread's checkpoints"
+        if self.order == "seq_desc" and self.limit == 1:
+            return "read the latest checkpoint"
+        return "read a thread's history"
+
+    def matches(self, row: CheckpointRow, seq: int | None) -> bool:
+        """Whether ``row`` (written as ``seq``) passes the filters; for stores that filter in Python."""
+        return (
+            (self.namespace is None or row.namespace == self.namespace)
+            and (self.checkpoint_id is None or row.checkpoint_id == self.checkpoint_id)
+            and (self.after_seq is None or (seq or 0) > self.after_seq)
+            and (self.before_id is None or row.checkpoint_id < self.before_id)
+        )
+
+
+#: A checkpoint's address inside its thread: ``(namespace, checkpoint_id)``.
+CheckpointKey = tuple[str, str]
+
+
+def stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
+    """What a put returns: ``cp`` with what the store filled in.
+
+    Not decoded back from ``row`` (decoding what was just encoded cost a third of a SQLite
+    put): its values are the caller's own objects. A read returns them decoded, which is
+    equal for every type the codec keeps except the two it reads back as another type (an
+    exception as a ``CheckpointedException``, pydantic's parsed offset as a
+    ``datetime.timezone``).
+    """
+    row.seq = seq
+    return cp.evolve(
+        checkpoint_id=row.checkpoint_id,
+        created_at=row.created_at,
+        seq=seq,
+        size_bytes=row.size_bytes,
+    )
+
+
+def utf8_len(text: str) -> int:
+    """How many bytes ``text`` takes in a store (lone surrogates count as they are kept)."""
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -1,0 +1,182 @@
+"""The SQL store's schema history: an ordered list of additive migrations, recorded in the store.
+
+:func:`migrate` applies the versions a store has not recorded yet, in order, in one
+transaction (on Postgres under an advisory lock, so concurrent setups of one schema queue).
+A new store runs them all; version 1 already creates today's write indexes, so later versions
+find nothing to do there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection as SAConnection
+
+from durability.stores.sql.schema import (
+    BY_ID_INDEX,
+    KEY_INDEXES,
+    OUTBOX_INDEXES,
+    SWEEP_INDEX,
+    checkpoint_table,
+    checkpoints,
+    connections,
+    meta_table,
+    migrations_table,
+    parks,
+    threads,
+    writes,
+)
+
+
+def create(conn: SAConnection, table: sa.Table) -> None:
+    """CREATE … IF NOT EXISTS the table and its indexes (no catalog look-ups first)."""
+    conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+    for index in table.indexes:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
+def _base(conn: SAConnection) -> None:
+    """Version 1: the checkpoint, write, ledger, park and meta tables (no outbox yet).
+
+    The writes table is created with its indexes of today (version 7 moved them; its columns
+    never changed), so on a new store version 7 finds nothing to do.
+    """
+    for table in (meta_table, writes, threads, parks):
+        create(conn, table)
+    create(conn, checkpoint_table(sa.MetaData(), outbox=False))
+
+
+def _outbox(conn: SAConnection) -> None:
+    """Version 2: the outbox columns; rows written before it count as already synced.
+
+    Connecting an existing store does not back-push history: only checkpoints written
+    afterwards replicate.
+    """
+    existing = _columns_of(conn, "durability_checkpoints")
+    for name, ddl in (
+        ("synced", "BOOLEAN NOT NULL DEFAULT TRUE"),
+        ("sync_error", "TEXT"),
+        ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+        ("last_error", "TEXT"),
+        ("synced_at", "BIGINT"),
+    ):
+        if name not in existing:
+            _add_column(conn, checkpoints, name, ddl)
+    # New rows are inserted with synced = false explicitly; the TRUE default marks old rows.
+    create(conn, connections)
+    for index in OUTBOX_INDEXES:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
+def _one_outbox_index(conn: SAConnection) -> None:
+    """Version 3: drop the outbox index by ``seq`` alone; the one by ``(project_id, seq)`` stays.
+
+    The drain always asks for one project's rows, and every pending row costs each index a
+    page write on its put (a third of a SQLite put's time went to index pages). A fetch
+    across projects reads the remaining partial index, which holds only pending rows.
+    """
+    _drop_indexes(conn, "ix_durability_outbox")
+
+
+def _sweep_index(conn: SAConnection) -> None:
+    """Version 4: the thread index carries ``created_at`` and ``size_bytes`` too, replacing ``(tkey, seq)``.
+
+    The sweep's per-thread totals (one ``GROUP BY tkey``: count, bytes, newest write) then read
+    the index alone instead of every row's page, which took a 100,000-thread SQLite store from
+    2.2 s to under 0.5 s; its ``(tkey, seq)`` prefix still serves every thread read, so a put
+    maintains no extra index.
+    """
+    conn.execute(sa.schema.CreateIndex(SWEEP_INDEX, if_not_exists=True))
+    _drop_indexes(conn, "ix_durability_checkpoints_thread")
+
+
+def _by_id_index(conn: SAConnection) -> None:
+    """Version 5 (SQLite): a thread's checkpoints ordered by id, for LangGraph's "latest".
+
+    LangGraph's latest is the greatest ``checkpoint_id`` in a thread and namespace; without
+    this index every read of it sorted all of the thread's rows, payload pages included, so it
+    grew with the thread. A put maintains one more index (~10 %). Postgres keeps the sort: its
+    btree entries are capped near 2.7 KB and a 10 KB id must still be stored.
+    """
+    if conn.dialect.name == "sqlite":
+        conn.execute(sa.schema.CreateIndex(BY_ID_INDEX, if_not_exists=True))
+
+
+def _connection_closed(conn: SAConnection) -> None:
+    """Version 6: a connection record outlives its disconnect, marked by ``disconnected_at``.
+
+    A store that was connected keeps replicating after a clean disconnect, so the sweep and
+    ``durability threads delete`` keep the rows the plane lacks until the next connect (an
+    un-acked checkpoint is never dropped for being old).
+    """
+    if "disconnected_at" not in _columns_of(conn, "durability_connections"):
+        _add_column(conn, connections, "disconnected_at", "BIGINT")
+
+
+def _thread_first_keys(conn: SAConnection) -> None:
+    """Version 7: the checkpoint hash is indexed after its thread's hash, ``(tkey, ckey)``.
+
+    ``ckey`` alone is a hash, so a thread's checkpoints sat on unrelated leaves of a B-tree as
+    large as the table's row count: deleting a thread dirtied one leaf per row. Thread first,
+    a thread's entries share a leaf (they are deleted together), and the writes' ``(tkey,
+    ckey)`` replaces both their ``ckey`` and ``tkey`` indexes. The unique index is built before
+    the old one goes, so uniqueness never lapses; every read by ``ckey`` also names its ``tkey``.
+    """
+    for index in KEY_INDEXES:
+        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+    _drop_indexes(
+        conn,
+        "ix_durability_checkpoints_ckey",
+        "ix_durability_writes_ckey",
+        "ix_durability_writes_thread",
+    )
+
+
+#: The ordered, additive migrations; the index + 1 is the version recorded in the store.
+MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
+    ("base tables", _base),
+    ("outbox columns", _outbox),
+    ("one outbox index", _one_outbox_index),
+    ("thread totals index", _sweep_index),
+    ("checkpoints by id index", _by_id_index),
+    ("connection records kept at disconnect", _connection_closed),
+    ("thread-first key indexes", _thread_first_keys),
+)
+
+
+def migrate(conn: SAConnection, applied_at: int) -> None:
+    """Apply, in order, every migration the store has not recorded (inside ``conn``'s transaction)."""
+    create(conn, migrations_table)
+    applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
+    for version, (name, step) in enumerate(MIGRATIONS, start=1):
+        if version not in applied:
+            step(conn)
+            conn.execute(
+                migrations_table.insert().values(version=version, name=name, applied_at=applied_at)
+            )
+
+
+def _columns_of(conn: SAConnection, table: str) -> set[str]:
+    # Postgres adds a column only if it is missing by itself; SQLite is asked which it has.
+    if conn.dialect.name == "postgresql":
+        return set()
+    return {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
+
+
+def _add_column(conn: SAConnection, table: sa.Table, name: str, ddl: str) -> None:
+    guard = "IF NOT EXISTS " if conn.dialect.name == "postgresql" else ""
+    conn.exec_driver_sql(
+        f"ALTER TABLE {_qualified(conn, table.name)} ADD COLUMN {guard}{name} {ddl}"
+    )
+
+
+def _drop_indexes(conn: SAConnection, *names: str) -> None:
+    for name in names:
+        conn.exec_driver_sql(f"DROP INDEX IF EXISTS {_qualified(conn, name)}")
+
+
+def _qualified(conn: SAConnection, name: str) -> str:
+    quote = conn.dialect.identifier_preparer.quote
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return f"{quote(schema)}.{quote(name)}" if schema else quote(name)

@@ -1,0 +1,356 @@
+"""The SQL store's whole-store reads (frames, the sweep's plan) and the sweep's batched delete.
+
+Every read is one or two set-based statements streamed in chunks on the DBAPI cursor; the
+sweep deletes many threads per transaction, in thread-key order, so a batch rewrites adjacent
+index leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from durability._util import chunks
+from durability.clock import from_micros
+from durability.model import Deleted, Lease, ThreadRecord
+from durability.stores.scans import (
+    OUTBOX_COLUMNS,
+    THREAD_COLUMNS,
+    CheckpointAddress,
+    Columns,
+    Scans,
+    SweepColumns,
+    columns_of,
+)
+from durability.stores.sql.engine import reconnecting
+from durability.stores.sql.schema import (
+    SWEEP_INDEX,
+    checkpoints,
+    delta,
+    parks,
+    thread_key,
+    threads,
+    time_of,
+    writes,
+)
+
+if TYPE_CHECKING:
+    from durability.stores.sql.store import SQLStore
+
+#: SQLite page cache of a sweep's delete transaction, in KiB (the connection's own is restored).
+SWEEP_CACHE_KIB = 65536
+
+#: The ThreadRecord fields a thread without a ledger row leaves empty.
+_LEDGER_FIELDS = (
+    "owner",
+    "run_id",
+    "started_at",
+    "declared_waiting",
+    "declared_finished",
+    "finished_at",
+    "due_at",
+    "lease",
+)
+
+_Rows = dict[Any, Sequence[Any]]
+
+
+class SQLScans(Scans):
+    """Analysis and sweep reads in a few set-based statements."""
+
+    store: SQLStore
+
+    # ------------------------------------------------------------------ analysis reads
+
+    def _checkpoint_columns(
+        self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
+    ) -> Iterator[Columns]:
+        db, sql = self.store.db, self.store.sql
+        query = f"SELECT {', '.join(columns)} FROM {sql.table}"  # noqa: S608 - validated names
+        params: list[Any] = []
+        if thread_id is not None:
+            query += f" WHERE tkey = {db.mark} AND thread_id = {db.mark}"
+            params = [thread_key(thread_id), thread_id]
+        for rows in db.stream("read checkpoint columns", query, params, chunk_size):
+            yield columns_of(columns, rows)
+
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        # THREAD_COLUMNS from "owner" on are the ledger's columns, under the same names.
+        ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
+        ledger_cols = ", ".join("l." + name for name in ledger)
+        table = self.store.db.table(threads.name)
+        query = f"""
+WITH t AS ({self._thread_totals()})
+SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, t.status, t.run_id,
+       {ledger_cols}
+FROM t LEFT JOIN {table} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
+UNION ALL
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
+FROM {table} l LEFT JOIN t ON t.tkey = l.tkey AND t.thread_id = l.thread_id
+WHERE t.tkey IS NULL
+"""  # noqa: S608 - quoted identifiers only, no values
+        for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
+            yield columns_of(THREAD_COLUMNS, rows)
+
+    def _thread_totals(self) -> str:
+        """Per thread: count, bytes, first and newest time, longest gap, the newest row's status.
+
+        One pass of ``LAG`` over each thread's rows in write order gives the gaps, grouped by
+        the thread key (the 128-bit hash standing for the id, as the sweep's totals): every
+        column it reads is in the ``(tkey, seq, created_at, size_bytes)`` index, so the pass
+        walks that index in order, with no table read and no sort. The id, status and run come
+        from the newest row, by primary key.
+        """
+        cps = self.store.sql.table
+        # SQLite would rather scan the table and sort; the covering index is the faster walk.
+        index = f" INDEXED BY {SWEEP_INDEX.name}" if self.store.db.sqlite else ""
+        return f"""
+  SELECT g.tkey, c.thread_id, g.n, g.size, g.first_at, g.newest_at, g.max_gap,
+         c.status, c.run_id
+  FROM (
+    SELECT tkey, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+           min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
+           max(seq) AS newest_seq
+    FROM (
+      SELECT tkey, seq, created_at, size_bytes,
+             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
+      FROM {cps}{index}
+    ) AS w
+    GROUP BY tkey
+  ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
+
+    def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
+        query = f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM {self.store.sql.table}"  # noqa: S608
+        for rows in self.store.db.stream("read outbox columns", query, [], chunk_size):
+            yield columns_of(OUTBOX_COLUMNS, rows)
+
+    @reconnecting
+    def _checkpoints_of_runs(self, run_ids: list[str]) -> list[CheckpointAddress]:
+        c = checkpoints.c
+        found: list[CheckpointAddress] = []
+        with self.store.db.read("find the checkpoints of runs") as conn:
+            for chunk in chunks(run_ids):
+                query = (
+                    sa.select(c.thread_id, c.namespace, c.checkpoint_id)
+                    .where(c.run_id.in_(chunk))
+                    .order_by(c.seq)
+                )
+                found += [(r.thread_id, r.namespace, r.checkpoint_id) for r in conn.execute(query)]
+        return found
+
+    # ------------------------------------------------------------------ sweep reads
+
+    def _sweep_records(self) -> list[ThreadRecord]:
+        ledger, totals, names = self._sweep_rows()
+        records = [_sweep_record(row, totals.get(key)) for key, row in ledger.items()]
+        records += [
+            _sweep_record(None, row, names[row[4]])
+            for key, row in totals.items()
+            if key not in ledger
+        ]
+        return records
+
+    def _sweep_columns(self) -> SweepColumns:
+        # The same rows as _sweep_records, turned into columns in C; a row's ThreadRecord is
+        # built only when the plan asks for it (building all 100,000 was half a plan).
+        ledger, totals, names = self._sweep_rows()
+        pairs: list[tuple[Sequence[Any] | None, Sequence[Any] | None]] = [
+            (row, totals.get(key)) for key, row in ledger.items()
+        ]
+        pairs += [(None, row) for key, row in totals.items() if key not in ledger]
+        no_ledger: Sequence[Any] = (None,) * len(threads.c)
+        no_totals: Sequence[Any] = (None, 0, 0, None, None)
+        values = []
+        ids = []
+        for lg, t in pairs:
+            (_k, n, size, newest_at, newest_seq), row = t or no_totals, lg or no_ledger
+            values.append((n, size, newest_at, row[4], row[7], row[8], row[5], row[6], row[12]))
+            ids.append(row[1] if lg is not None else names[newest_seq])
+
+        def record(i: int) -> ThreadRecord:
+            lg, t = pairs[i]
+            return _sweep_record(lg, t, "" if lg is not None else ids[i])
+
+        return SweepColumns.of(ids, values, record)
+
+    @reconnecting
+    def _sweep_rows(self) -> tuple[_Rows, _Rows, dict[int, str]]:
+        """The raw ledger rows and totals rows by thread key, and the names of unledgered threads.
+
+        Two statements in one snapshot, on the DBAPI cursor (SQLAlchemy's row layer cost more
+        than the queries): per-thread totals from one GROUP BY over the thread index (by
+        thread key, the 128-bit hash standing for the id), and the whole ledger. A thread
+        with checkpoints but no ledger row takes its id from its newest row.
+        """
+        db = self.store.db
+        totals_sql = (
+            "SELECT tkey, count(*), sum(size_bytes), max(created_at), max(seq) "  # noqa: S608
+            f"FROM {db.table(checkpoints.name)} GROUP BY tkey"
+        )
+        ledger_columns = ", ".join(c.name for c in threads.c)
+        action = "read the threads for the sweep"
+        with db.read(action) as conn, db.cursor(action, conn) as cursor:
+            cursor.execute(totals_sql)
+            totals = {row[0]: row for row in cursor.fetchall()}
+            cursor.execute(f"SELECT {ledger_columns} FROM {db.table(threads.name)}")  # noqa: S608
+            ledger = {row[0]: row for row in cursor.fetchall()}
+            unnamed = [row[4] for key, row in totals.items() if key not in ledger]
+            names = self._names(cursor, unnamed)
+        return ledger, totals, names
+
+    def _names(self, cursor: Any, seqs: list[int]) -> dict[int, str]:
+        """The thread id of each of these checkpoint rows (by ``seq``).
+
+        Postgres takes every seq in one text parameter, split server-side (``= ANY``): 500
+        placeholders per statement cost psycopg more than the lookups, and dumping a list of
+        100,000 ints as an array parameter cost ~0.2 s more than joining them.
+        """
+        db = self.store.db
+        table = db.table(checkpoints.name)
+        names: dict[int, str] = {}
+        if not db.sqlite and seqs:
+            cursor.execute(
+                f"SELECT seq, thread_id FROM {table} "  # noqa: S608
+                "WHERE seq = ANY(string_to_array(%s, ',')::bigint[])",
+                [",".join(map(str, seqs))],
+            )
+            names.update(cursor.fetchall())
+            return names
+        for chunk in chunks(seqs):
+            cursor.execute(
+                f"SELECT seq, thread_id FROM {table} "  # noqa: S608
+                f"WHERE seq IN ({', '.join([db.mark] * len(chunk))})",
+                chunk,
+            )
+            names.update(cursor.fetchall())
+        return names
+
+    # ------------------------------------------------------------------ sweep deletes
+
+    def delete_order(self, thread_ids: Sequence[str]) -> list[str]:
+        # By thread key: the indexes a delete rewrites lead with it, so a batch of neighbouring
+        # keys rewrites a run of adjacent leaves, where ids in any other order land on a random
+        # leaf each (1,000 threads of a 100,000-thread store: about 80 leaves per index instead
+        # of about 1,000).
+        return sorted(thread_ids, key=thread_key)
+
+    @reconnecting  # a dropped connection rolls the transaction back: sending it again is sound
+    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
+        # Set-based, in one transaction, on the transaction's cursor with plain driver SQL and
+        # every value bound (compiling SQLAlchemy's expanding IN lists cost a sixth of a sweep).
+        # What went is counted by thread key (a SQLite writer waits on BEGIN IMMEDIATE meanwhile).
+        keys = [thread_key(t) for t in thread_ids]
+        by_key = dict(zip(keys, thread_ids, strict=True))
+        counts = {t: [0, 0] for t in thread_ids}
+        db = self.store.db
+        with db.write("delete threads") as conn, db.cursor("delete threads", conn) as cursor:
+            for tkey, slot, n in self._deletes(cursor, keys, thread_ids):
+                counts[by_key[tkey]][slot] += n
+        return {t: Deleted(checkpoints=n, writes=w) for t, (n, w) in counts.items()}
+
+    def _deletes(
+        self, cursor: Any, keys: list[str], thread_ids: list[str]
+    ) -> Iterator[tuple[str, int, int]]:
+        """Delete the threads from the four tables; ``(tkey, slot, rows)`` for what went, slot 0
+        counting checkpoints and 1 pending writes."""
+        db = self.store.db
+        if not db.sqlite:
+            # One statement for the four tables, grouped server-side (a row per thread).
+            cursor.execute(self.store.sql.sweep_delete, [",".join(keys), thread_ids])
+            yield from cursor.fetchall()
+            return
+        # A batch dirties a few thousand pages; in SQLite's default 2 MB cache they spill to the
+        # WAL mid-transaction and are read back, so the transaction gets 64 MB, given back after.
+        (cache,) = cursor.execute("PRAGMA cache_size").fetchone()
+        cursor.execute(f"PRAGMA cache_size = -{SWEEP_CACHE_KIB}")
+        try:
+            for where, params in _sqlite_batches(keys, thread_ids):
+                for table, slot in ((checkpoints, 0), (writes, 1), (parks, None), (threads, None)):
+                    sql = f"DELETE FROM {db.table(table.name)} WHERE {where}"  # noqa: S608
+                    if slot is None:
+                        cursor.execute(sql, params)
+                    else:
+                        cursor.execute(sql + " RETURNING tkey", params)
+                        yield from ((tkey, slot, 1) for (tkey,) in cursor.fetchall())
+        finally:
+            cursor.execute(f"PRAGMA cache_size = {int(cache)}")
+
+    @reconnecting
+    def _still_holding(self, thread_ids: list[str]) -> set[str]:
+        # One read instead of a second round of four DELETEs that would find nothing: on a
+        # 20,000-thread Postgres sweep it took 7,700 threads/s to 13,100 (benchmarks/RESULTS.md).
+        keys = [thread_key(t) for t in thread_ids]
+        by_key = dict(zip(keys, thread_ids, strict=True))
+        found: set[str] = set()
+        action = "check threads are empty"
+        db = self.store.db
+        with db.read(action) as conn, db.cursor(action, conn) as cursor:
+            if not db.sqlite:
+                cursor.execute(self.store.sql.sweep_holding, [",".join(keys), thread_ids])
+                found.update(by_key[tkey] for (tkey,) in cursor.fetchall())
+                return found
+            cps, wrs = db.table(checkpoints.name), db.table(writes.name)
+            for where, params in _sqlite_batches(keys, thread_ids):
+                cursor.execute(
+                    f"SELECT tkey FROM {cps} WHERE {where} "  # noqa: S608
+                    f"UNION SELECT tkey FROM {wrs} WHERE {where}",
+                    params + params,
+                )
+                found.update(by_key[tkey] for (tkey,) in cursor.fetchall())
+        return found
+
+
+def _sqlite_batches(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[str, list[Any]]]:
+    """A WHERE clause on ``tkey`` and ``thread_id`` and its parameters per 500 ids."""
+    for chunk, ids in zip(chunks(keys), chunks(thread_ids), strict=True):
+        marks = ", ".join(["?"] * len(chunk))
+        yield f"tkey IN ({marks}) AND thread_id IN ({marks})", [*chunk, *ids]
+
+
+def _sweep_record(
+    ledger: Sequence[Any] | None, totals: Sequence[Any] | None, name: str = ""
+) -> ThreadRecord:
+    """A :class:`ThreadRecord` from a raw ledger row (``threads`` columns in order) and totals row.
+
+    Built without ``ThreadRecord.__post_init__``: it converts each time to UTC, and these come
+    from :func:`from_micros`, aware UTC already; the conversion was most of the time a
+    100,000-thread plan spent building records.
+    """
+    n, size, newest_at, newest_seq = totals[1:5] if totals is not None else (0, 0, None, None)
+    record = object.__new__(ThreadRecord)
+    put = object.__setattr__
+    put(record, "checkpoints", int(n))
+    put(record, "size_bytes", int(size or 0))
+    put(record, "newest_at", None if newest_at is None else from_micros(newest_at))
+    put(record, "newest_seq", newest_seq)
+    if ledger is None:
+        for field in _LEDGER_FIELDS:
+            put(record, field, None)
+        put(record, "thread_id", name)
+        return record
+    (_k, thread_id, owner, run_id, started, waiting, finished, finished_at, due, holder) = ledger[
+        :10
+    ]
+    put(record, "thread_id", thread_id)
+    put(record, "owner", owner)
+    put(record, "run_id", run_id)
+    put(record, "started_at", None if started is None else from_micros(started))
+    put(record, "declared_waiting", delta(waiting))
+    put(record, "declared_finished", delta(finished))
+    put(record, "finished_at", None if finished_at is None else from_micros(finished_at))
+    put(record, "due_at", None if due is None else from_micros(due))
+    put(record, "lease", None if holder is None else _sweep_lease(ledger))
+    return record
+
+
+def _sweep_lease(ledger: Sequence[Any]) -> Lease:
+    thread_id, (holder, run_id, acquired, expires) = ledger[1], ledger[9:13]
+    return Lease(
+        thread_id=thread_id,
+        holder=holder,
+        run_id=run_id or "",
+        acquired_at=time_of(acquired),
+        expires_at=from_micros(expires),
+    )

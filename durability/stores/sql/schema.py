@@ -1,0 +1,229 @@
+"""The SQL store's tables and indexes (SQLAlchemy Core), and the hashes that index long ids.
+
+State is kept as TEXT (Postgres JSONB cannot hold ``\\u0000``). Ids of any length are indexed
+through a 128-bit hash of them (a Postgres btree entry is capped near 2.7 KB, and a 10 KB id
+must work); every read by hash also compares the ids themselves. The checkpoint columns are
+:data:`~durability.stores.rows.STORED_FIELDS`, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from durability.clock import from_micros, to_micros
+from durability.stores.rows import INTEGER_FIELDS, NULLABLE_FIELDS, STORED_FIELDS, WRITE_FIELDS
+
+metadata = sa.MetaData()
+BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+KEY = sa.String(32)
+
+meta_table = sa.Table(
+    "durability_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+migrations_table = sa.Table(
+    "durability_migrations",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("applied_at", sa.BigInteger, nullable=False),
+)
+
+#: The outbox columns of the checkpoints table (added by migration 2).
+OUTBOX_COLUMN_NAMES = ("synced", "sync_error", "attempts", "last_error", "synced_at")
+
+
+def _stored_column(name: str) -> sa.Column[Any]:
+    kind = sa.BigInteger if name in INTEGER_FIELDS or name == "created_at" else sa.Text
+    return sa.Column(name, kind, nullable=name in NULLABLE_FIELDS)
+
+
+def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
+    """The checkpoints table; ``outbox=False`` is its shape before migration 2."""
+    columns: list[sa.Column[Any]] = [
+        sa.Column("seq", BIGINT, primary_key=True, autoincrement=True),
+        sa.Column("tkey", KEY, nullable=False),
+        sa.Column("ckey", KEY, nullable=False),
+        *(_stored_column(name) for name in STORED_FIELDS),
+    ]
+    if outbox:
+        columns += [
+            sa.Column("synced", sa.Boolean(create_constraint=False), nullable=False),
+            sa.Column("sync_error", sa.Text),
+            sa.Column("attempts", sa.Integer, nullable=False),
+            sa.Column("last_error", sa.Text),
+            sa.Column("synced_at", sa.BigInteger),
+        ]
+    # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
+    table: sa.Table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
+    sa.Index("ix_durability_checkpoints_thread", table.c.tkey, table.c.seq)
+    sa.Index("ix_durability_checkpoints_ckey", table.c.ckey, unique=True)
+    return table
+
+
+checkpoints = checkpoint_table(metadata, outbox=True)
+
+writes = sa.Table(
+    "durability_writes",
+    metadata,
+    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("wkey", KEY, nullable=False, unique=True),
+    sa.Column("tkey", KEY, nullable=False),
+    sa.Column("ckey", KEY, nullable=False),
+    *(
+        sa.Column(name, sa.Integer if name == "idx" else sa.Text, nullable=False)
+        for name in WRITE_FIELDS
+    ),
+)
+
+threads = sa.Table(
+    "durability_threads",
+    metadata,
+    sa.Column("tkey", KEY, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("owner", sa.Text),
+    sa.Column("run_id", sa.Text),
+    sa.Column("started_at", sa.BigInteger),
+    sa.Column("declared_waiting", sa.BigInteger),
+    sa.Column("declared_finished", sa.BigInteger),
+    sa.Column("finished_at", sa.BigInteger),
+    sa.Column("due_at", sa.BigInteger),
+    sa.Column("lease_holder", sa.Text),
+    sa.Column("lease_run_id", sa.Text),
+    sa.Column("lease_acquired_at", sa.BigInteger),
+    sa.Column("lease_expires_at", sa.BigInteger),
+)
+
+parks = sa.Table(
+    "durability_parks",
+    metadata,
+    sa.Column("tkey", KEY, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("checkpoint_id", sa.Text, nullable=False),
+    sa.Column("node_id", sa.Text, nullable=False),
+    sa.Column("runner", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("context", sa.Text, nullable=False),
+    sa.Column("deadline", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger),
+    sa.Column("deadline_source", sa.Text, nullable=False),
+)
+
+connections = sa.Table(
+    "durability_connections",
+    metadata,
+    sa.Column("project_id", sa.String(512), primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("connected_at", sa.BigInteger, nullable=False),
+    sa.Column("disconnected_at", sa.BigInteger),
+)
+
+not_synced = sa.not_(checkpoints.c.synced)
+#: ``not_synced`` as driver SQL, by "is SQLite" (the outbox index's predicate, as rendered).
+NOT_SYNCED_SQL = {True: "synced = 0", False: "NOT synced"}
+quarantined = checkpoints.c.sync_error.isnot(None)
+OUTBOX_INDEXES = (
+    sa.Index(
+        "ix_durability_outbox",
+        checkpoints.c.seq,
+        sqlite_where=not_synced,
+        postgresql_where=not_synced,
+    ),
+    sa.Index(
+        "ix_durability_outbox_project",
+        checkpoints.c.project_id,
+        checkpoints.c.seq,
+        sqlite_where=not_synced,
+        postgresql_where=not_synced,
+    ),
+    sa.Index(
+        "ix_durability_quarantine",
+        checkpoints.c.seq,
+        sqlite_where=quarantined,
+        postgresql_where=quarantined,
+    ),
+)
+sa.Index("ix_durability_threads_due", threads.c.due_at)
+
+#: The per-thread totals index: its ``(tkey, seq)`` prefix serves every thread read.
+SWEEP_INDEX = sa.Index(
+    "ix_durability_checkpoints_thread_totals",
+    checkpoints.c.tkey,
+    checkpoints.c.seq,
+    checkpoints.c.created_at,
+    checkpoints.c.size_bytes,
+)
+
+#: A thread's checkpoints by id, for LangGraph's "latest" (SQLite only).
+BY_ID_INDEX = sa.Index(
+    "ix_durability_checkpoints_by_id",
+    checkpoints.c.tkey,
+    checkpoints.c.namespace,
+    checkpoints.c.checkpoint_id,
+)
+
+#: The checkpoint and write hashes, indexed after their thread's hash.
+KEY_INDEXES = (
+    sa.Index("ix_durability_checkpoints_key", checkpoints.c.tkey, checkpoints.c.ckey, unique=True),
+    sa.Index("ix_durability_writes_key", writes.c.tkey, writes.c.ckey),
+)
+
+#: The tables a whole thread lives in, in the order a delete clears them.
+THREAD_TABLES = (checkpoints, writes, parks, threads)
+
+
+def hash_of(*parts: str) -> str:
+    """A 128-bit hex hash of the joined parts (the index key of a long id)."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:32]
+
+
+def thread_key(thread_id: str) -> str:
+    """The indexed 128-bit hash of a thread id (``hash_of(thread_id)``, without the join: a sweep
+    hashes every id three times)."""
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def checkpoint_key(thread_id: str, namespace: str, checkpoint_id: str) -> str:
+    """The indexed hash that makes a checkpoint id unique within its thread and namespace."""
+    return hash_of(thread_id, namespace, checkpoint_id)
+
+
+def write_key(thread_id: str, namespace: str, checkpoint_id: str, task_id: str, idx: int) -> str:
+    """The indexed hash that makes a pending write unique (first write wins)."""
+    return hash_of(thread_id, namespace, checkpoint_id, task_id, str(idx))
+
+
+def where_thread(
+    thread_id: str, table: sa.Table = checkpoints
+) -> tuple[sa.ColumnElement[bool], ...]:
+    """The clause selecting one thread's rows of ``table``: its key and its id."""
+    return (table.c.tkey == thread_key(thread_id), table.c.thread_id == thread_id)
+
+
+def micros(value: datetime | None) -> int | None:
+    """A time as stored: microseconds since the epoch."""
+    return None if value is None else to_micros(value)
+
+
+def time_of(value: int | None) -> datetime | None:
+    """A stored time back as an aware UTC datetime."""
+    return None if value is None else from_micros(value)
+
+
+def duration(value: timedelta | None) -> int | None:
+    """A duration as stored: microseconds."""
+    return None if value is None else value // timedelta(microseconds=1)
+
+
+def delta(value: int | None) -> timedelta | None:
+    """A stored duration back as a timedelta."""
+    return None if value is None else timedelta(microseconds=value)

@@ -1,0 +1,217 @@
+"""The SQL store's hot statements as plain driver SQL, and the mapping of rows to parameters.
+
+The hot paths run on a DBAPI cursor and skip SQLAlchemy's statement and result layers, which
+cost more than the query on a 2 KB checkpoint (see ``benchmarks/RESULTS.md``): parameters go
+to the driver as one tuple in its own placeholder style, and the table names are qualified
+with the schema here. Identifiers are quoted by the dialect and every value is a bound
+parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from durability._util import CHUNK
+from durability.clock import from_micros, to_micros
+from durability.stores.rows import (
+    STORED_FIELDS,
+    WRITE_FIELDS,
+    EncodedCheckpoint,
+    EncodedWrite,
+    Select,
+)
+from durability.stores.sql.schema import (
+    checkpoint_key,
+    checkpoints,
+    parks,
+    thread_key,
+    threads,
+    write_key,
+    writes,
+)
+
+_CREATED_AT = STORED_FIELDS.index("created_at")
+
+
+class Statements:
+    """The put and read statements of one store, built once (and per query shape, cached)."""
+
+    _INSERTED = (*STORED_FIELDS, "tkey", "ckey", "synced", "attempts")
+
+    def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
+        quote = dialect.identifier_preparer.quote
+
+        def table(t: sa.Table) -> str:
+            return f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
+
+        self.mark = mark = "?" if dialect.paramstyle == "qmark" else "%s"
+        self.table = table(checkpoints)
+        # Postgres compares text in the database's collation; "C" is code point order, which
+        # is what LangGraph's string comparison of checkpoint ids means.
+        self.by_id = (
+            'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
+        )
+        #: ``(tkey, namespace, checkpoint_id)`` is indexed (migration 5, SQLite only).
+        self.id_indexed = dialect.name == "sqlite"
+        names = ", ".join(quote(c) for c in self._INSERTED)
+        marks = ", ".join([mark] * len(self._INSERTED))
+        self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
+        self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
+        self.get = (
+            f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
+            f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
+        )
+        self.write_columns = ", ".join(quote(c) for c in WRITE_FIELDS)
+        self.writes_table = table(writes)
+        self._cache: dict[tuple[Any, ...], str] = {}
+        # The sweep's statements on Postgres, over a batch of (tkey, thread_id) pairs sent once:
+        # the keys as one comma-joined text (hex never holds a comma), the ids as a binary array
+        # (psycopg dumps a text array with a regex match per element, and placeholder lists of
+        # 1,000 cost it more to parse than the deletes). Each deletes or reads by the pair.
+        ids = (
+            "WITH ids AS (SELECT * FROM unnest(string_to_array(%s, ','), %b::text[]) "
+            "AS ids (tkey, thread_id))"
+        )
+        by_pair = "USING ids WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
+        deletes = ", ".join(
+            f"{name} AS (DELETE FROM {table(t)} AS t {by_pair} RETURNING t.tkey)"  # noqa: S608
+            for name, t in (("c", checkpoints), ("w", writes), ("p", parks), ("l", threads))
+        )
+        #: Every table in one statement, counted per thread server-side.
+        self.sweep_delete = (
+            f"{ids}, {deletes} SELECT tkey, 0, count(*) FROM c GROUP BY tkey "  # noqa: S608
+            "UNION ALL SELECT tkey, 1, count(*) FROM w GROUP BY tkey"
+        )
+        #: The threads among them still holding a checkpoint or a pending write.
+        self.sweep_holding = (
+            f"{ids} SELECT t.tkey FROM {table(checkpoints)} AS t, ids "  # noqa: S608
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id "
+            f"UNION SELECT t.tkey FROM {table(writes)} AS t, ids "
+            "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
+        )
+
+    def select(self, query: Select) -> tuple[str, list[Any]]:
+        """The statement and parameters that answer ``query``."""
+        if (
+            query.checkpoint_id is not None
+            and query.namespace is not None
+            and query.after_seq is None
+            and query.before_id is None
+        ):  # one checkpoint by id: through the unique key
+            return self.get, list(get_params(query.thread_id, query.namespace, query.checkpoint_id))
+        params: list[Any] = [thread_key(query.thread_id), query.thread_id]
+        for value in (
+            query.namespace,
+            query.checkpoint_id,
+            query.after_seq,
+            query.before_id,
+            query.limit,
+        ):
+            if value is not None:
+                params.append(value)
+        return self._thread_rows(query), params
+
+    def _thread_rows(self, query: Select) -> str:
+        """A thread's rows (in one namespace, after a seq, before an id), in the asked order."""
+        key = (
+            query.namespace is not None,
+            query.checkpoint_id is not None,
+            query.after_seq is not None,
+            query.before_id is not None,
+            query.limit is not None,
+            query.order,
+        )
+        sql = self._cache.get(key)
+        if sql is None:
+            sql = self._cache[key] = self._build_thread_rows(*key)
+        return sql
+
+    def _build_thread_rows(
+        self, namespace: bool, by_id: bool, after: bool, before: bool, limit: bool, order: str
+    ) -> str:
+        mark = self.mark
+        where = f"tkey = {mark} AND thread_id = {mark}"
+        if namespace:
+            where += f" AND namespace = {mark}"
+        if by_id:
+            where += f" AND checkpoint_id = {mark}"
+        if after:
+            where += f" AND seq > {mark}"
+        if before:
+            where += f" AND {self.by_id} < {mark}"
+        order_by = {"seq": "seq", "seq_desc": "seq DESC", "id_desc": f"{self.by_id} DESC"}[order]
+        select = f"SELECT {self.columns} FROM {self.table}"  # noqa: S608
+        if limit and order == "id_desc" and not (namespace and self.id_indexed):
+            # Pick the rows by id first, so the sort never carries the payload columns (with a
+            # namespace on SQLite, migration 5's index gives the order and nothing sorts).
+            inner = f"SELECT seq FROM {self.table} WHERE {where} ORDER BY {order_by} LIMIT {mark}"  # noqa: S608
+            return f"{select} WHERE seq IN ({inner}) ORDER BY {order_by}"
+        return f"{select} WHERE {where} ORDER BY {order_by}" + (f" LIMIT {mark}" if limit else "")
+
+    def writes_of(self, count: int) -> str:
+        """A thread's pending writes under ``count`` checkpoint keys, in write order."""
+        key = ("writes_of", count)
+        sql = self._cache.get(key)
+        if sql is None:
+            marks = ", ".join([self.mark] * count)
+            sql = self._cache[key] = (
+                f"SELECT {self.write_columns} FROM {self.writes_table} "  # noqa: S608
+                f"WHERE tkey = {self.mark} AND thread_id = {self.mark} AND ckey IN ({marks}) "
+                "ORDER BY id"
+            )
+        return sql
+
+    @staticmethod
+    def insert_params(row: EncodedCheckpoint, synced: bool) -> tuple[Any, ...]:
+        """The parameters of :attr:`insert` for ``row``."""
+        values = list(row.values())
+        values[_CREATED_AT] = to_micros(row.created_at)
+        return (
+            *values,
+            thread_key(row.thread_id),
+            checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
+            synced,
+            0,
+        )
+
+
+def get_params(thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str, ...]:
+    """The parameters of :attr:`Statements.get`: the two hashes, then the ids."""
+    key = checkpoint_key(thread_id, namespace, checkpoint_id)
+    return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
+
+
+def row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
+    """``row`` as the checkpoints table's column values (for a many-row insert)."""
+    values: dict[str, Any] = dict(zip(STORED_FIELDS, row.values(), strict=True))
+    values["created_at"] = to_micros(row.created_at)
+    values["tkey"] = thread_key(row.thread_id)
+    values["ckey"] = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
+    values["synced"] = synced
+    values["attempts"] = 0
+    return values
+
+
+def encoded(row: Sequence[Any]) -> EncodedCheckpoint:
+    """A selected row (``Statements.columns``) as the store's row."""
+    found = EncodedCheckpoint(*row)
+    found.created_at = from_micros(row[_CREATED_AT])
+    return found
+
+
+def write_values(w: EncodedWrite) -> dict[str, Any]:
+    """``w`` as the writes table's column values."""
+    return {
+        "wkey": write_key(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, w.idx),
+        "tkey": thread_key(w.thread_id),
+        "ckey": checkpoint_key(w.thread_id, w.namespace, w.checkpoint_id),
+        **{name: getattr(w, name) for name in WRITE_FIELDS},
+    }
+
+
+def padded_size(n: int) -> int:
+    """``n`` rounded up to a power of two, at most one chunk (``chunks``'s size)."""
+    return min(1 << (n - 1).bit_length(), CHUNK)

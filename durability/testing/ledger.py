@@ -1,0 +1,110 @@
+"""The ledger's checks: run starts, finished marks and their due times, leases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from durability.clock import FrozenClock
+from durability.errors import (
+    InvalidIdError,
+    LeaseHeld,
+    LeaseLost,
+)
+from durability.settings import Settings, declare_retention
+from durability.testing.suite import (
+    START,
+    StoreTarget,
+    check,
+    raises,
+)
+
+
+@check
+def check_ledger_marks(target: StoreTarget) -> None:
+    """Run starts record owner and declared retention; a mark's due time is fixed at the mark."""
+    clock = FrozenClock(START)
+    settings = Settings(waiting_retention=timedelta(days=30), finished_retention=timedelta(days=7))
+    with target.open(clock=clock, settings=settings) as store:
+        declared = declare_retention(settings, waiting="10d", finished="2d")
+        record = store.record_run_start(
+            "t-ledger", run_id="run-1", owner="flow:f1", retention=declared
+        )
+        assert (record.owner, record.run_id, record.declared_waiting, record.declared_finished) == (
+            "flow:f1",
+            "run-1",
+            timedelta(days=10),
+            timedelta(days=2),
+        )
+        assert record.started_at == START
+        assert not record.finished
+        marked = store.mark_finished("t-ledger")
+        assert marked.finished_at == START
+        assert marked.due_at == START + timedelta(days=2)
+        store.unmark_finished("t-ledger")
+        unmarked = store.thread("t-ledger")
+        assert unmarked is not None
+        assert not unmarked.finished
+        assert unmarked.due_at is None
+        # A later run replaces the declared retention; an undeclared finished value is the
+        # platform's capped at the thread's waiting one.
+        store.record_run_start(
+            "t-ledger",
+            run_id="run-2",
+            owner="flow:f1",
+            retention=declare_retention(settings, waiting="3d"),
+        )
+        clock.advance(timedelta(hours=1))
+        again = store.mark_finished("t-ledger")
+        assert again.due_at == START + timedelta(hours=1) + timedelta(days=3)
+        # Changing the platform's finished value later moves only new marks.
+        store.record_run_start("t-plain", run_id="r", owner="agent")
+        plain = store.mark_finished("t-plain")
+        assert plain.due_at == clock() + timedelta(days=7)
+    with target.open(
+        clock=clock, settings=settings.update(finished_retention=timedelta(days=1))
+    ) as later:
+        kept = later.thread("t-plain")
+        assert kept is not None
+        assert kept.due_at == plain.due_at
+        later.record_run_start("t-plain-2", run_id="r", owner="agent")
+        assert later.mark_finished("t-plain-2").due_at == clock() + timedelta(days=1)
+
+
+@check
+def check_leases(target: StoreTarget) -> None:
+    """A live lease keeps other holders out; an expired one can be taken over; renew detects loss."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        lease = store.acquire_lease("t-lease", "worker-a", timedelta(minutes=1), run_id="run-1")
+        assert lease.holder == "worker-a"
+        assert lease.expires_at == START + timedelta(minutes=1)
+        raises(
+            LeaseHeld,
+            lambda: store.acquire_lease("t-lease", "worker-b", timedelta(minutes=1)),
+            contains="worker-a",
+        )
+        clock.advance(timedelta(seconds=30))
+        renewed = store.renew_lease("t-lease", "worker-a", timedelta(minutes=1))
+        assert renewed.expires_at == clock() + timedelta(minutes=1)
+        record = store.thread("t-lease")
+        assert record is not None
+        assert record.lease is not None
+        assert record.lease.holder == "worker-a"
+        clock.advance(timedelta(minutes=2))
+        taken = store.acquire_lease("t-lease", "worker-b", timedelta(minutes=1))
+        assert taken.holder == "worker-b"
+        raises(
+            LeaseLost,
+            lambda: store.renew_lease("t-lease", "worker-a", timedelta(minutes=1)),
+            contains="worker-b",
+        )
+        store.release_lease("t-lease", "worker-a")  # not theirs: a no-op
+        still = store.thread("t-lease")
+        assert still is not None
+        assert still.lease is not None
+        assert still.lease.holder == "worker-b"
+        store.release_lease("t-lease", "worker-b")
+        released = store.thread("t-lease")
+        assert released is not None
+        assert released.lease is None
+        raises(InvalidIdError, lambda: store.acquire_lease("t-lease", "w", timedelta(0)))

@@ -1,0 +1,88 @@
+"""The outbox's checks: pending rows oldest first, synced and quarantined marks, releases, connection records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from durability.clock import FrozenClock
+from durability.errors import (
+    DurabilityError,
+    InvalidIdError,
+)
+from durability.testing.suite import (
+    START,
+    StoreTarget,
+    check,
+    raises,
+    sample,
+)
+
+
+@check
+def check_outbox(target: StoreTarget) -> None:
+    """A replicating store keeps new rows pending until marked synced or quarantined."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        if store.outbox is None:
+            raises(DurabilityError, lambda: store.fetch_unsynced())
+            assert not store.replicates
+            return
+        outbox = store.outbox
+        rows = [store.put(sample("t-out", n, project_id="p1" if n % 2 else "p2")) for n in range(6)]
+        store.put(sample("t-out-restored", 0), synced=True)
+        pending = outbox.fetch_unsynced(limit=100)
+        assert [c.seq for c in pending] == [c.seq for c in rows], (
+            "oldest first, restored rows excluded"
+        )
+        assert [c.step for c in outbox.fetch_unsynced(limit=100, project_id="p1")] == [1, 3, 5]
+        assert len(outbox.fetch_unsynced(limit=2)) == 2
+        one_row = rows[0].size_bytes or 0
+        assert len(outbox.fetch_unsynced(limit=100, max_bytes=one_row)) == 1
+        assert len(outbox.fetch_unsynced(limit=100, max_bytes=1)) == 1, "the first row always fits"
+        in_flight = [(c.thread_id, c.seq or 0) for c in rows[:2]]
+        assert [c.seq for c in outbox.fetch_unsynced_encoded(limit=2, exclude=in_flight)] == [
+            c.seq for c in rows[2:4]
+        ], "exclude skips the rows in flight, and the limit counts the rows returned"
+        keys = [(c.thread_id, c.seq or 0) for c in rows]
+        outbox.record_attempt(keys[:2], "HTTP 503")
+        clock.advance(timedelta(minutes=5))
+        outbox.mark_synced(keys[:2])
+        outbox.mark_synced(keys[:2])  # idempotent
+        outbox.mark_quarantined({keys[2]: "HTTP 413 from /checkpoints/ingest: too big"})
+        # A row is (thread, seq): seq is unique per thread, and per store only on some providers.
+        entries = {(e.thread_id, e.seq): e for e in outbox.entries()}
+        assert entries[keys[0]].state == "synced"
+        assert entries[keys[0]].attempts == 1
+        assert entries[keys[0]].last_error == "HTTP 503"
+        assert entries[keys[0]].synced_at == clock()
+        assert entries[keys[2]].state == "quarantined"
+        assert entries[keys[2]].quarantined
+        assert entries[keys[2]].sync_error == "HTTP 413 from /checkpoints/ingest: too big"
+        restored = [e for e in entries.values() if e.thread_id == "t-out-restored"]
+        assert [e.state for e in restored] == ["synced"], "a row written as synced is never pending"
+        assert [e.seq for e in outbox.entries(state="quarantined")] == [keys[2][1]]
+        assert len(outbox.entries(state="pending")) == 3
+        assert len(outbox.entries(state="pending", project_id="p1")) == 2
+        assert [c.seq for c in outbox.fetch_unsynced()] == [k[1] for k in keys[3:]]
+        assert outbox.release() == 1
+        assert outbox.entries(state="quarantined") == []
+        assert [c.seq for c in outbox.fetch_unsynced()] == [k[1] for k in keys[2:]]
+        outbox.record_attempt(keys[3:4], "HTTP 503")
+        outbox.mark_sent(keys[3:4])  # the drain's ack: one more attempt, no error, synced
+        sent = {(e.thread_id, e.seq): e for e in outbox.entries()}[keys[3]]
+        assert (sent.state, sent.attempts, sent.last_error) == ("synced", 2, None)
+        assert sent.synced_at == clock()
+        raises(InvalidIdError, lambda: outbox.entries(state="lost"))
+        assert not store.replicates
+        outbox.record_connection("p1", "http://plane.example")
+        assert store.replicates
+        assert [(c.project_id, c.open) for c in outbox.connections()] == [("p1", True)]
+        clock.advance(timedelta(seconds=1))
+        outbox.record_disconnection("p1")
+        assert store.replicates, "a disconnect keeps the record: the store still replicates"
+        [closed] = outbox.connections()
+        assert (closed.target, closed.disconnected_at) == ("http://plane.example", clock())
+        outbox.record_disconnection("p-unknown")
+        assert [c.project_id for c in outbox.connections()] == ["p1"]
+        outbox.forget_connection("p1")
+        assert not store.replicates
