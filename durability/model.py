@@ -18,6 +18,12 @@ COMPLETED = "completed"
 INTERRUPTED = "interrupted"
 FAILED = "failed"
 
+#: The ``metadata`` key holding the runner's ownership facts of a run.
+RUN_METADATA = "run"
+#: The key of a ``hitl_pause`` row's run facts holding its park's deadline (ISO 8601), so a
+#: restore from the plane re-creates the park with the deadline the ask declared.
+PARK_DEADLINE = "park_deadline"
+
 # Step types (fastaiagent's vocabulary plus LangGraph's).
 STEP_RUN_START = "run_start"  # the runner's first row of a run: its input state
 STEP_NODE = "node"

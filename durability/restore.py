@@ -58,17 +58,19 @@ from durability.errors import (
 from durability.model import (
     FAILED,
     INTERRUPTED,
+    PARK_DEADLINE,
+    RUN_METADATA,
     STEP_LANGGRAPH,
     Checkpoint,
     Deleted,
     Lease,
     Park,
 )
-from durability.runs import PARK_DEADLINE, RUN_METADATA
 from durability.settings import format_duration, waiting_horizon
 from durability.stores.base import Store
 from durability.stores.ids import check_id
 from durability.stores.ledger import lease_held_message
+from durability.stores.parks import park_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -502,7 +504,7 @@ def local_thread(store: Store, thread_id: str, *, holder: str | None = None) -> 
     return LocalThread(
         checkpoints=record.checkpoints if record is not None else 0,
         unsynced=unsynced,
-        park=store.get_park(thread_id) if store.capabilities.can_park else None,
+        park=park_of(store, thread_id),
         lease=lease,
         newest_at=record.newest_at if record is not None else None,
     )
@@ -743,10 +745,10 @@ def restore_if_missing(
     active connections of the store, tried in turn). A thread another worker restored meanwhile
     is left to it (``None``). Logged at INFO.
     """
-    return _restore_if_missing(store, thread_id, connection)[0]
+    return restore_missing(store, thread_id, connection)[0]
 
 
-def _restore_if_missing(
+def restore_missing(
     store: Store, thread_id: str, connection: Connection | None
 ) -> tuple[Checkpoint | None, str]:
     """The restore, and why nothing was restored (for the caller's refusal) when it was not."""

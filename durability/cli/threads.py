@@ -12,6 +12,7 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.stores.parks import park_of
 
 
 def register(cli: click.Group) -> None:
@@ -80,7 +81,7 @@ def show_thread(
                 f"no thread {thread_id!r} in {store!r}; list threads with `durability threads list`"
             )
         history = store.history(thread_id, namespace)
-        park = store.get_park(thread_id) if store.capabilities.can_park else None
+        park = park_of(store, thread_id)
     if as_json:
         rows = []
         for cp in history:

@@ -150,6 +150,16 @@ def pending_parks(store: Store) -> list[Park]:
     return [] if store.parks is None else store.parks.pending()
 
 
+def park_of(store: Store, thread_id: str) -> Park | None:
+    """The thread's pending park (``None`` too where the store holds no parks)."""
+    return None if store.parks is None else store.parks.get(thread_id)
+
+
+def claim_park(store: Store, thread_id: str) -> Park | None:
+    """Claim the thread's pending park (``None`` too where the store holds no parks)."""
+    return None if store.parks is None else store.parks.claim(thread_id)
+
+
 def park_exists_message(thread_id: str) -> str:
     """The refusal for a second park on a thread."""
     return (
