@@ -10,6 +10,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     DurabilityError
     ├── ConfigError (ValueError)               bad settings, URL, removed variable
     │   └── RetentionError                     a declared retention the rules refuse
+    ├── MissingExtra (ImportError)             a feature whose optional packages are not installed
     ├── CodecError (ValueError)                a value refused at write, or unreadable at read
     ├── StoreError
     │   ├── CheckpointNotFound (KeyError)
@@ -45,7 +46,11 @@ class ConfigError(DurabilityError, ValueError):
 
 
 class RetentionError(ConfigError):
-    """A declared retention that seed 004's rules refuse (longer than allowed, inconsistent)."""
+    """A declared retention the retention rules refuse (longer than allowed, inconsistent)."""
+
+
+class MissingExtra(DurabilityError, ImportError):
+    """A feature whose optional packages are not installed; the message names the extra."""
 
 
 class CodecError(DurabilityError, ValueError):
@@ -79,7 +84,7 @@ class InvalidIdError(StoreError, ValueError):
 
 
 class CheckpointStoreFormatError(StoreError):
-    """The store was written in another format generation (seed 004 "The store format")."""
+    """The store was written in another format generation than this version reads."""
 
 
 class StoreUnavailable(StoreError, ConnectionError):

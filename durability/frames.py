@@ -60,8 +60,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
-import numpy as np
-import pandas as pd
+from durability._extras import missing_extra
+
+try:
+    import numpy as np
+    import pandas as pd
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.frames") from exc
 
 from durability.clock import as_utc
 from durability.errors import CapabilityError, ConfigError

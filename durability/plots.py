@@ -18,11 +18,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import pandas as pd
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from durability._extras import missing_extra
+
+try:
+    import numpy as np
+    import pandas as pd
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.plots") from exc
 
 from durability import simulate
 from durability.settings import Settings, format_duration, parse_duration

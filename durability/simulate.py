@@ -33,8 +33,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+from durability._extras import missing_extra
+
+try:
+    import numpy as np
+    import pandas as pd
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.simulate") from exc
 
 from durability.errors import ConfigError
 from durability.settings import (

@@ -32,8 +32,13 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import ipywidgets as w
-import pandas as pd
+from durability._extras import missing_extra
+
+try:
+    import ipywidgets as w
+    import pandas as pd
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.widgets") from exc
 
 from durability import frames, plots, simulate
 from durability._util import redact_url

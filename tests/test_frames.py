@@ -59,7 +59,7 @@ class Fleet:
             self.parked = runner_defs.approval.start(store, {"topic": "retention"})
         clock.advance(timedelta(hours=1))
         self.running = Runner("watch", [("look", self.look)]).start(store, {})
-        self.replicates = store.capabilities.replicates
+        self.replicates = store.outbox is not None
         if self.replicates:
             self.replicate()
         self.end = clock()

@@ -50,12 +50,26 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _requirements(project: dict[str, object], extra: str) -> set[str]:
+    """The package names an extra installs, its references to other extras expanded."""
+    names: set[str] = set()
+    extras = project["optional-dependencies"]
+    assert isinstance(extras, dict)
+    for requirement in extras[extra]:
+        name = _name(requirement)
+        if name == project["name"]:
+            inner = requirement.partition("[")[2].partition("]")[0]
+            for other in inner.split(","):
+                names |= _requirements(project, other.strip())
+        else:
+            names.add(name)
+    return names
+
+
 def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
-    """environment.yml creates the same environment as the core, dev and langgraph extras."""
+    """environment.yml creates the same environment as the core and the dev extra (all included)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_name(r) for r in project["dependencies"]}
-    for extra in ("dev", "langgraph"):
-        wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
+    wanted = {_name(r) for r in project["dependencies"]} | _requirements(project, "dev")
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     names: list[str] = []
     for dep in env["dependencies"]:

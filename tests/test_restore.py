@@ -510,7 +510,7 @@ def test_the_dry_run_plan_is_exactly_what_apply_writes(
     assert [essence(c) for c in written] == [essence(c) for c in machine_a.history(thread, None)]
     assert [c.checkpoint_id for c in result.checkpoints] == [c.checkpoint_id for c in written]
     assert result.latest == fresh.latest(thread)
-    if fresh.capabilities.replicates:
+    if fresh.outbox is not None:
         assert {e.state for e in fresh.outbox(thread_id=thread)} == {"synced"}
 
 
@@ -534,7 +534,7 @@ def test_apply_never_overwrites_a_local_thread_silently(
     result = apply_restore(fresh, plan, overwrite=True)
     assert result.replaced is not None
     assert result.replaced.checkpoints == 1
-    assert result.replaced.unsynced == (1 if fresh.capabilities.replicates else 0)
+    assert result.replaced.unsynced == (1 if (fresh.outbox is not None) else 0)
     assert result.deleted is not None
     assert result.deleted.checkpoints == 1
     assert [c.checkpoint_id for c in fresh.history(thread)] == [
@@ -566,7 +566,7 @@ def test_restored_rows_are_never_sent_back(
     machine_a: Store, fresh: Store, plane: PlaneHandle
 ) -> None:
     """Rows a restore writes are already synced: the plane sees no second ingest of them (§6.5)."""
-    if not fresh.capabilities.replicates:
+    if fresh.outbox is None:
         pytest.skip("this store keeps no outbox")
     with on_plane(machine_a, plane):
         flaky.start(machine_a, {"machine": "A"}, thread_id="once")

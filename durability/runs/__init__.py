@@ -64,9 +64,9 @@ The package: :mod:`~durability.runs.definitions` (runners, flows, agent steps),
 from __future__ import annotations
 
 from durability.model import PARK_DEADLINE, RUN_METADATA
-from durability.runs.definitions import AgentNode, Flow, Runner, Step
+from durability.runs.definitions import AgentNode, Flow, Runner, Step, load_runner
 from durability.runs.execution import RunContext, RunControl, RunResult
-from durability.runs.inventory import RunInfo, list_runs, load_runner, locate_thread, read_thread
+from durability.runs.inventory import RunInfo, list_runs, locate_thread, read_thread
 from durability.runs.vocabulary import (
     MAX_ERROR_TEXT,
     NO_VALUE,

@@ -3,6 +3,7 @@ holds no store, and each operation takes the store the run lives in."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -602,3 +603,38 @@ class AgentNode:
                 f"{result.reason}: {result.error or '-'}"
             )
         return result.state
+
+
+def load_runner(spec: str) -> Runner:
+    """The runner named by ``module:attr`` (``attr`` may be dotted), for ``durability resume``.
+
+    ``attr`` is a :class:`Runner` (or :class:`Flow`), or a callable taking no arguments that
+    returns one (a factory: build the definition, and any per-run stores, when asked).
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise RunError(
+            f"cannot load the runner {spec!r}: name it as module:attr, e.g. myapp.flows:publish"
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RunError(
+            f"cannot load the runner {spec!r}: module {module_name!r} does not import ({exc}); "
+            "run from the directory that holds it or add it to PYTHONPATH"
+        ) from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise RunError(
+                f"cannot load the runner {spec!r}: {module_name!r} has no attribute {attr!r}"
+            ) from exc
+    if not isinstance(target, Runner) and callable(target):
+        target = target()
+    if not isinstance(target, Runner):
+        raise RunError(
+            f"cannot load the runner {spec!r}: it is a {type(target).__name__}, not a Runner or "
+            "a factory returning one"
+        )
+    return target

@@ -3,7 +3,6 @@ listing every run of a store with its status, and loading a runner by ``module:a
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -11,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durability.errors import (
-    RunError,
     RunNotResumable,
 )
 from durability.model import (
@@ -33,7 +31,6 @@ from durability.stores.parks import pending_parks
 
 if TYPE_CHECKING:
     from durability.replication.connection import Connection
-    from durability.runs.definitions import Runner
 
 log = logging.getLogger("durability.runs")
 
@@ -189,41 +186,6 @@ def _run_info(
         updated_at=last.created_at,
         **info,
     )
-
-
-def load_runner(spec: str) -> Runner:
-    """The runner named by ``module:attr`` (``attr`` may be dotted), for ``durability resume``.
-
-    ``attr`` is a :class:`Runner` (or :class:`Flow`), or a callable taking no arguments that
-    returns one (a factory: build the definition, and any per-run stores, when asked).
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise RunError(
-            f"cannot load the runner {spec!r}: name it as module:attr, e.g. myapp.flows:publish"
-        )
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RunError(
-            f"cannot load the runner {spec!r}: module {module_name!r} does not import ({exc}); "
-            "run from the directory that holds it or add it to PYTHONPATH"
-        ) from exc
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as exc:
-            raise RunError(
-                f"cannot load the runner {spec!r}: {module_name!r} has no attribute {attr!r}"
-            ) from exc
-    if not isinstance(target, Runner) and callable(target):
-        target = target()
-    if not isinstance(target, Runner):
-        raise RunError(
-            f"cannot load the runner {spec!r}: it is a {type(target).__name__}, not a Runner or "
-            "a factory returning one"
-        )
-    return target
 
 
 def iso(value: datetime | None) -> str:

@@ -21,6 +21,7 @@ import importlib
 import inspect
 from typing import Any
 
+from durability._extras import missing_extra
 from durability._util import redact_url
 from durability.errors import ConfigError
 from durability.stores.base import Capabilities, Store, ThreadPage
@@ -42,6 +43,29 @@ PROVIDERS: dict[str, str] = {
 }
 
 
+def register_provider(scheme: str, target: str | type[Store]) -> None:
+    """Open URLs of ``scheme`` (``mini`` for ``mini://…``) with a store class of one's own.
+
+    ``target`` is the class, or ``"module:Class"`` to import it on first use. A scheme already
+    registered is refused: a store never silently changes which provider a URL opens.
+    """
+    scheme = scheme.lower()
+    if not scheme or "://" in scheme or scheme in PROVIDERS:
+        raise ConfigError(
+            f"cannot register the scheme {scheme!r}: it is empty, holds ://, or is taken "
+            f"(registered: {', '.join(sorted(PROVIDERS))})"
+        )
+    if isinstance(target, str):
+        PROVIDERS[scheme] = target
+    else:
+        _REGISTERED[f"{target.__module__}:{target.__qualname__}"] = target
+        PROVIDERS[scheme] = f"{target.__module__}:{target.__qualname__}"
+
+
+#: Classes registered directly (not by import path), by their ``module:Class`` name.
+_REGISTERED: dict[str, type[Store]] = {}
+
+
 def open_store(url: str, **options: Any) -> Store:
     """Open the store at ``url``; ``options`` go to the provider (``settings``, ``clock``, …).
 
@@ -61,7 +85,12 @@ def open_store(url: str, **options: Any) -> Store:
             f"use one of {', '.join(sorted(PROVIDERS))}"
         )
     module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    try:
+        cls: Any = _REGISTERED.get(target) or getattr(
+            importlib.import_module(module_name), class_name
+        )
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, f"a {scheme} store") from exc
     accepted = _options_of(cls)
     unknown = sorted(set(options) - accepted)
     if unknown:
@@ -69,7 +98,10 @@ def open_store(url: str, **options: Any) -> Store:
             f"cannot open {redact_url(url)}: the {scheme} provider takes no option "
             f"{', '.join(map(repr, unknown))}; its options are {', '.join(sorted(accepted))}"
         )
-    store: Store = cls(url, **options)
+    try:
+        store: Store = cls(url, **options)
+    except ModuleNotFoundError as exc:  # a driver the provider loads when it connects
+        raise missing_extra(exc, f"a {scheme} store") from exc
     return store
 
 
@@ -91,4 +123,4 @@ def _options_of(cls: type) -> set[str]:
     return names
 
 
-__all__ = ["PROVIDERS", "Capabilities", "Store", "ThreadPage", "open_store"]
+__all__ = ["PROVIDERS", "Capabilities", "Store", "ThreadPage", "open_store", "register_provider"]

@@ -577,7 +577,14 @@ class Store(ABC):
 
     def _has_any_checkpoint(self) -> bool:
         """Whether the store holds any checkpoint (a backend answers this in one read)."""
-        return any(record.checkpoints for record in self.iter_threads())
+        cursor: str | None = None
+        while True:  # the primitive, not iter_threads: this runs inside ready()
+            page = self._thread_page(cursor, 1000)
+            if any(record.checkpoints for record in page.records):
+                return True
+            if page.cursor is None:
+                return False
+            cursor = page.cursor
 
 
 def conflict_message(thread_id: str, namespace: str, checkpoint_id: str) -> str:

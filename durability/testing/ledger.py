@@ -16,10 +16,13 @@ from durability.testing.suite import (
     StoreTarget,
     check,
     raises,
+    requires,
+    sample,
 )
 
 
 @check
+@requires("ledger")
 def check_ledger_marks(target: StoreTarget) -> None:
     """Run starts record owner and declared retention; a mark's due time is fixed at the mark."""
     clock = FrozenClock(START)
@@ -71,6 +74,7 @@ def check_ledger_marks(target: StoreTarget) -> None:
 
 
 @check
+@requires("ledger")
 def check_leases(target: StoreTarget) -> None:
     """A live lease keeps other holders out; an expired one can be taken over; renew detects loss."""
     clock = FrozenClock(START)
@@ -108,3 +112,31 @@ def check_leases(target: StoreTarget) -> None:
         assert released is not None
         assert released.lease is None
         raises(InvalidIdError, lambda: store.acquire_lease("t-lease", "w", timedelta(0)))
+
+
+@check
+@requires("ledger")
+def check_ledger_records_are_threads_too(target: StoreTarget) -> None:
+    """A thread known only by its ledger record is listed in pages, and a delete removes it."""
+    with target.open() as store:
+        store.put_many([sample(f"listed-{n:02d}") for n in range(23)])
+        store.record_run_start("ledger-only", run_id="r", owner="test")
+        store.record_run_start("listed-00", run_id="r", owner="test")
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.threads(cursor=cursor, limit=5)
+            seen += [r.thread_id for r in page.records]
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        assert len(seen) == len(set(seen)), "a thread appeared on two pages"
+        assert "ledger-only" in seen
+        only = store.thread("ledger-only")
+        assert only is not None
+        assert (only.checkpoints, only.owner) == (0, "test")
+        deleted = store.delete_thread("listed-00")
+        assert deleted.checkpoints == 1
+        assert store.thread("listed-00") is None, "the ledger record went with the thread"
+        store.delete_thread("ledger-only")
+        assert store.thread("ledger-only") is None

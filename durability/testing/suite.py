@@ -46,6 +46,7 @@ CHECKS: list[Check] = []
 _NEEDS: dict[str, Callable[[StoreTarget, Store], bool]] = {
     "cross_process": lambda target, _store: target.cross_process,
     "kill_connections": lambda target, _store: target.kill_connections is not None,
+    "ledger": lambda _target, store: store.ledger is not None,
     "can_park": lambda _target, store: store.capabilities.can_park,
     "outbox": lambda _target, store: store.outbox is not None,
 }
@@ -59,7 +60,7 @@ def check(fn: Check) -> Check:
 
 def requires(*needs: str) -> Callable[[Check], Check]:
     """Mark a check as needing ``needs`` (any of ``cross_process``, ``kill_connections``,
-    ``can_park``, ``outbox``)."""
+    ``ledger``, ``can_park``, ``outbox``)."""
     unknown = set(needs) - set(_NEEDS)
     if unknown:
         raise ValueError(f"unknown needs {sorted(unknown)}; use some of {sorted(_NEEDS)}")
