@@ -14,6 +14,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from durability.langgraph import BOOKKEEPING, DurabilitySaver
+from durability.stores.parks import pending_parks
 from durability.testing import StoreTarget
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +67,7 @@ def test_graph_interrupts_and_resumes(target: StoreTarget) -> None:
         assert waiting.interrupt_reason == "waiting for input in approve"
         assert waiting.interrupt_context["node"] == "approve"
         assert waiting.interrupt_context["interrupts"][0]["value"]["amount"] == Decimal("12.50")
-        assert store.parks() == [], "a LangGraph interrupt is a waiting thread, not a park"
+        assert pending_parks(store) == [], "a LangGraph interrupt is a waiting thread, not a park"
         assert [c.node_id for c in store.history("order-42")] == [
             "__input__",
             "__start__",

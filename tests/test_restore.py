@@ -46,6 +46,7 @@ from durability.restore import (
 from durability.runs import RunContext, Runner, read_thread
 from durability.settings import Settings
 from durability.stores.base import Store
+from durability.stores.parks import pending_parks
 from durability.testing import StoreTarget
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -332,7 +333,7 @@ def test_a_park_is_refused_where_the_store_cannot_hold_one(
         runner_defs.approval.resume(fresh, parked.thread_id, {"approved": True}, connection=conn)
     assert not fresh.has_thread(parked.thread_id)
     assert fresh.thread(parked.thread_id) is None
-    assert fresh.parks() == []
+    assert pending_parks(fresh) == []
 
 
 # ---------------------------------------------------------------------------- the three rules and the switch

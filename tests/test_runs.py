@@ -45,6 +45,7 @@ from durability.runs import (
 )
 from durability.settings import Settings
 from durability.stores.base import Store
+from durability.stores.parks import pending_parks
 from durability.testing import StoreTarget
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -333,7 +334,7 @@ def test_park_refused_where_parks_cannot_live(target: StoreTarget, clock: Frozen
         assert result.error is not None
         assert result.error.startswith("ParkRefused")
         assert "cannot hold a parked run" in result.error
-        assert store.parks() == []
+        assert pending_parks(store) == []
         assert [n for n, _, _ in shape(store, result.thread_id)] == [
             "__start__",
             "draft",
@@ -363,7 +364,7 @@ def test_asks_without_a_fitting_deadline_are_refused(
     assert result.status == "failed"
     assert result.error is not None
     assert message in result.error
-    assert store.parks() == []
+    assert pending_parks(store) == []
     assert shape(store, result.thread_id)[-1][0] == "run_end"
 
 
@@ -1185,7 +1186,7 @@ def test_a_run_asked_to_stop_never_parks(store: Store) -> None:
 
     result = Runner("late", [("ask", ask)]).start(store, {}, control=control)
     assert (result.status, result.reason) == ("failed", "cancelled")
-    assert store.parks() == []
+    assert pending_parks(store) == []
 
 
 def test_a_naive_deadline_fails_the_run_naming_it(store: Store) -> None:

@@ -705,18 +705,18 @@ def flood_each_delete_round(
     monkeypatch: pytest.MonkeyPatch, store: Store, writer: Store, thread_id: str
 ) -> list[str]:
     """After each of the Redis store's delete rounds, a second handle writes two rows into the thread."""
-    evaluate = store._eval  # type: ignore[attr-defined]
+    evaluate = store.eval  # type: ignore[attr-defined]
     rounds: list[str] = []
 
     def flooding(action: str, name: str, *args: Any, **kwargs: Any) -> Any:
         out = evaluate(action, name, *args, **kwargs)
-        if name == "DELETE_ROUND":
+        if name == "delete_round":
             rounds.append(name)
             for n in range(2):  # two rows in for every one a round removes
                 writer.put(Checkpoint(thread_id=thread_id, node_id=f"late-{len(rounds)}-{n}"))
         return out
 
-    monkeypatch.setattr(store, "_eval", flooding)
+    monkeypatch.setattr(store, "eval", flooding)
     return rounds
 
 

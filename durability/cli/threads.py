@@ -13,6 +13,7 @@ from durability.cli._common import (
     url_argument,
 )
 from durability.stores.parks import park_of
+from durability.stores.rows import ID_FIELDS, SCALAR_FIELDS
 
 
 def register(cli: click.Group) -> None:
@@ -172,24 +173,8 @@ def delete_thread(url: str, thread_id: str, force: bool, yes: bool, as_json: boo
         )
 
 
-_CHECKPOINT_FIELDS = (
-    "seq",
-    "checkpoint_id",
-    "namespace",
-    "run_id",
-    "parent_checkpoint_id",
-    "runner",
-    "agent_id",
-    "agent_path",
-    "node_id",
-    "step",
-    "step_type",
-    "status",
-    "interrupt_reason",
-    "created_at",
-    "project_id",
-    "size_bytes",
-)
+#: A checkpoint's fields in ``--json`` output: its seq, then every stored field but the payloads.
+_CHECKPOINT_FIELDS = ("seq", *ID_FIELDS, *SCALAR_FIELDS, "size_bytes")
 
 
 def _record_json(r: object) -> dict[str, object]:
