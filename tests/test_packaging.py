@@ -9,6 +9,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -50,12 +51,27 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _extra(project: dict[str, Any], extra: str) -> set[str]:
+    """The package names an extra installs, following the extras it names of this project."""
+    names: set[str] = set()
+    for requirement in project["optional-dependencies"][extra]:
+        name = _name(requirement)
+        if name == project["name"]:
+            for nested in re.findall(r"\[([^\]]*)\]", requirement)[0].split(","):
+                names |= _extra(project, nested.strip())
+        else:
+            names.add(name)
+    return names
+
+
 def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
-    """environment.yml creates the same environment as the core, dev and langgraph extras."""
+    """environment.yml creates the same environment as the core, dev (with docs) and langgraph
+    extras."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = {_name(r) for r in project["dependencies"]}
     for extra in ("dev", "langgraph"):
-        wanted |= {_name(r) for r in project["optional-dependencies"][extra]}
+        wanted |= _extra(project, extra)
+    assert _extra(project, "docs") <= wanted, "the dev extra must include the docs extra"
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     names: list[str] = []
     for dep in env["dependencies"]:

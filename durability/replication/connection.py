@@ -65,7 +65,8 @@ class Connection:
         http: An ``httpx.Client`` to send through (tests inject one).
         encoder: How ``state`` is sent (the BYOK seam; default clear).
         limits: Caps to check before sending; default: what the plane announces at connect.
-        batch_rows, batch_bytes: Caps of one ingest request.
+        batch_rows: Rows in one ingest request, at most (default 500).
+        batch_bytes: Bytes of one ingest request, at most (default 4 MiB).
         background: ``False``: no drain thread; call :meth:`drain` or
             :func:`~durability.replication.outbox.drain_once` yourself.
         backoff: The retry delays of the drain thread.
