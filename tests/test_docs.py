@@ -58,12 +58,12 @@ SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\s+(?P<reason>\S.*?)\s*-->$")
 POSTGRES = re.compile(r"""(["'])postgresql\+psycopg://[^"']*\1""")
 REDIS = re.compile(r"""(["'])rediss?://[^"']*\1""")
 
-#: Runs a page's blocks in one namespace; a failure names the page and line.
+#: Runs a page's blocks in the ``__main__`` module, as a script would (so a class an example
+#: defines is importable by its path); a failure names the page and line.
 DRIVER = """
-import json, sys
-namespace = {"__name__": "__main__"}
+import json, sys, __main__
 for origin, line, code in json.load(sys.stdin):
-    exec(compile("\\n" * (line - 1) + code, origin, "exec"), namespace)
+    exec(compile("\\n" * (line - 1) + code, origin, "exec"), __main__.__dict__)
 """
 
 
