@@ -141,7 +141,7 @@ def test_skips_are_few_and_give_a_reason() -> None:
     skipped = [b for page in PAGES for b in blocks_of(page) if b.skip is not None]
     for page in PAGES:
         for number, line in enumerate(page.read_text().splitlines(), 1):
-            if "docs-test" in line:
+            if line.lstrip().startswith("<!--") and "docs-test" in line:
                 assert SKIP.match(line.strip()), f"{_rel(page)}:{number}: unreadable marker"
     assert len(skipped) <= 3, [f"{_rel(b.page)}:{b.line}" for b in skipped]
 
