@@ -159,7 +159,7 @@ class Connection:
         """Drain synchronously (up to ``timeout`` seconds), then disconnect.
 
         The store keeps the connection's record, marked closed: it still replicates, and what
-        the plane lacks is sent at the next connect (seed 000). Returns ``True`` when the last
+        the plane lacks is sent at the next connect. Returns ``True`` when the last
         pass finished within the timeout. The key is dropped only after the drain that uses it
         has finished (a drain still running at the timeout keeps it until it ends, then closes
         it).
