@@ -2,7 +2,7 @@
 
 Every store (memory, SQLite, Postgres, Redis) writes a run's state with :func:`dumps` and reads
 it back with :func:`loads`, so every store round-trips exactly the same values and refuses the
-same ones (seed 004, "What the Redis store keeps").
+same ones.
 
 Format
 ======

@@ -15,7 +15,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── StoreError
     │   ├── CheckpointNotFound (KeyError)
     │   ├── CheckpointConflict                 a checkpoint id already stored in the thread
-    │   ├── InvalidIdError (ValueError)        an id the store cannot hold (empty, NUL)
+    │   ├── InvalidIdError (ValueError)        an id the store cannot hold (empty, NUL, too long)
     │   ├── CheckpointStoreFormatError         the store holds another format generation
     │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
     │   ├── CheckpointDeleteError              a delete that stops making progress
@@ -46,7 +46,8 @@ class ConfigError(DurabilityError, ValueError):
 
 
 class RetentionError(ConfigError):
-    """A declared retention the retention rules refuse (longer than allowed, inconsistent)."""
+    """A declared retention the rules of a thread's own retention refuse (longer than the
+    platform's value, or a finished retention longer than the declared waiting one)."""
 
 
 class MissingExtra(DurabilityError, ImportError):
@@ -80,11 +81,13 @@ class CheckpointConflict(StoreError):
 
 
 class InvalidIdError(StoreError, ValueError):
-    """An id the store cannot hold: empty where one is required, or containing NUL."""
+    """An id the store cannot hold: empty where one is required, over 65,536 characters, or
+    containing NUL or a lone surrogate."""
 
 
 class CheckpointStoreFormatError(StoreError):
-    """The store was written in another format generation than this version reads."""
+    """The store holds checkpoints of another format generation, or none recorded; reset it with
+    ``durability store reset URL``."""
 
 
 class StoreUnavailable(StoreError, ConnectionError):

@@ -1,6 +1,6 @@
 """Keeping a running run's lease alive: one renewal step plus a thin, stoppable loop.
 
-A run holds a lease on its thread while it executes (DESIGN §9). :meth:`Heartbeat.beat_once`
+A run holds a lease on its thread while it executes, so no other worker runs it meanwhile. :meth:`Heartbeat.beat_once`
 renews it once; :meth:`Heartbeat.start` runs that on a daemon thread every ``interval``
 seconds of real time, while the lease's expiry is measured on the store's clock. A failed
 renewal (the store briefly unreachable) never kills the thread: it retries sooner, backing off

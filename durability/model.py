@@ -43,8 +43,8 @@ def _aware(obj: object, name: str) -> None:
 class Checkpoint:
     """One saved step of a run: enough to resume it.
 
-    Only ``thread_id`` is required; every other field has a default. ``runner`` is the seeds'
-    chain/agent name, ``step`` the node index, ``namespace`` LangGraph's ``checkpoint_ns``.
+    Only ``thread_id`` is required; every other field has a default. ``runner`` is the name of
+    the chain or agent that wrote it, ``step`` the node index, ``namespace`` LangGraph's ``checkpoint_ns``.
     """
 
     thread_id: str

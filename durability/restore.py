@@ -1,4 +1,4 @@
-"""Restore-anywhere (seed 000): fetch a thread from the plane and write it into a local store.
+"""Restore-anywhere: fetch a thread from the plane and write it into a local store.
 
 The plane serves, the library executes: a restore fetches a thread's checkpoints and writes them
 locally, and a normal local resume continues from them. It validates, plans, then applies::
@@ -12,9 +12,9 @@ locally, and a normal local resume continues from them. It validates, plans, the
     restore.restore_from_plane(store, "order-42")          # plan + apply: the latest, or None
 
 What a restore writes: from this project's plane the thread's whole history (so a failed run
-resumes from its last real step on a fresh machine, which the fastaiagent SDK cannot: reference
-§6.4), from a plane that serves only the latest checkpoint (a 404 on the history path) that one
-row. Rows are written as already replicated (``synced=True``): they are never sent back (§6.5).
+resumes from its last real step on a fresh machine, which the fastaiagent SDK cannot: it
+restores only the latest row), from a plane that serves only the latest checkpoint (a 404 on the history path) that one
+row. Rows are written as already replicated (``synced=True``): they are never sent back.
 An interrupted run gets its pending park back, with the deadline its ask declared (the runner
 keeps it in the row's run facts) or, from a plane that carries no deadline, the thread's waiting
 horizon: the pause's time plus the waiting retention, the latest deadline the original park
@@ -29,7 +29,7 @@ or a shared store). It holds the thread's lease while it writes, so two restorer
 and a run, never interleave.
 
 Resume-time restore (:func:`restore_if_missing`, called by :func:`durability.runs.locate_thread`
-for resume, fork and stop) follows seed 000's three rules: only when the local store has no
+for resume, fork and stop) follows three rules: only when the local store has no
 record of the thread, only when connected (an active connection for the store, or one passed
 in), and never when ``DURABILITY_RESTORE_FROM_PLANE`` turns it off. The switch is read before
 any network call.
@@ -80,7 +80,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The deployment-wide switch for resume-time restore (seed 000 "Restore-anywhere").
+#: The deployment-wide switch for resume-time restore (an erasure request must be honoured by
+#: every worker, so it is not a per-call argument).
 ENV_RESTORE = "DURABILITY_RESTORE_FROM_PLANE"
 _OFF = frozenset({"0", "false", "no", "off"})
 _ON = frozenset({"1", "true", "yes", "on"})
@@ -715,7 +716,7 @@ def restore_from_plane(
 ) -> Checkpoint | None:
     """Restore ``thread_id`` from the plane into ``store``; the latest checkpoint written, or ``None``.
 
-    Seed 000 "Doing it by hand": plan and apply in one call, for inspecting a run or restoring
+    Restoring by hand: plan and apply in one call, for inspecting a run or restoring
     into a store you are not about to run. ``None`` when not connected (no ``connection`` and no
     active connection of the store) or when the plane holds nothing of the thread. Not governed
     by ``DURABILITY_RESTORE_FROM_PLANE`` (an explicit call; the switch governs the restore a
@@ -737,7 +738,8 @@ def restore_from_plane(
 def restore_if_missing(
     store: Store, thread_id: str, connection: Connection | None = None
 ) -> Checkpoint | None:
-    """Seed 000's resume-time restore: the latest restored checkpoint, or ``None`` if none was made.
+    """The restore a resume makes by itself: the latest restored checkpoint, or ``None`` if none
+    was made.
 
     Restores only when ``store`` has no checkpoint of the thread (the local copy always wins:
     the plane is not consulted), only when ``DURABILITY_RESTORE_FROM_PLANE`` allows it (read

@@ -16,7 +16,7 @@ error. One sweep (or plan) runs at a time per app: a request that arrives while 
 (a thread it could not empty, a live-thread filter that failed), 503 when the store is
 unreachable, 500 for anything else a consumer's filter raised. It deleted nothing after the
 failure, and the service never retries it. Nothing here runs the sweep on its own: a scheduler
-or cron calls the route (seed 004).
+or cron calls the route (the sweep never runs in the background).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The deployment's settings and seed 004's retention rules.
+"""The deployment's settings and the retention rules.
 
 Two platform values bound how long checkpoint threads live:
 
@@ -34,7 +34,7 @@ ENV_URL = "DURABILITY_URL"
 ENV_WAITING = "DURABILITY_WAITING_RETENTION"
 ENV_FINISHED = "DURABILITY_FINISHED_RETENTION"
 
-#: Variables seed 004 removed, and what took their place.
+#: Legacy variables that are no longer read, and what took their place.
 REMOVED_VARIABLES: Mapping[str, str] = {
     "LLM_PROVIDER_CHECKPOINT_TTL_MINUTES": (
         f"{ENV_WAITING} and {ENV_FINISHED} (the two retention horizons)"
@@ -184,7 +184,7 @@ def declare_retention(
 ) -> Retention:
     """Validate a thread owner's declared retention against the platform values.
 
-    Seed 004 "A thread's own retention": a declared value may only shorten its horizon; one
+    The rule of a thread's own retention: a declared value may only shorten its horizon; one
     above the platform's value is refused naming both values, never shortened silently; a
     declared finished retention longer than the declared waiting one is refused too. Either
     value may be omitted.
@@ -223,7 +223,7 @@ def declare_retention(
 def waiting_horizon(settings: Settings, declared: Retention | None = None) -> timedelta:
     """How long a waiting thread lives after its newest checkpoint: declared, else the platform's.
 
-    The platform's value is also every thread's ceiling (seed 004): a value declared under a
+    The platform's value is also every thread's ceiling: a value declared under a
     longer platform setting that has since been lowered no longer outlives the platform's.
     """
     if declared is not None and declared.waiting is not None:
@@ -259,7 +259,8 @@ def check_park_deadline(
     now: datetime,
     deadline: datetime | None,
 ) -> None:
-    """Refuse a park with no deadline, or one past the thread's waiting horizon (seed 004)."""
+    """Refuse a park with no deadline, or one past the thread's waiting horizon: an ask must
+    carry a deadline its thread's waiting retention can keep."""
     horizon = waiting_horizon(settings, declared)
     if deadline is None:
         raise ParkRefused(

@@ -11,7 +11,7 @@ loop per thread), so 100,000 threads under 50 candidate policies take well under
   sweep with that value would have deleted them between two turns).
 * :func:`outage_backlog`: the outbox backlog over time had the plane been down for a while.
 
-The retention rules are the ones of :mod:`durability.settings` (seed 004), called once per
+The retention rules are the ones of :mod:`durability.settings`, called once per
 distinct declared retention rather than re-derived here: a waiting thread is due its waiting
 horizon after its newest checkpoint; a finished thread is due its finished horizon after its
 mark, or its waiting horizon if that passes first (each thread on one horizon, as

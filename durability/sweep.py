@@ -1,8 +1,8 @@
-"""The checkpoint sweep (seed 004 "The checkpoint sweep"): the one operation that deletes threads.
+"""The checkpoint sweep: the one operation that deletes threads.
 
 It is admin-only and destructive, and nothing runs it in the background: drive it on a cadence
-(cron, a Kubernetes CronJob, a scheduler; see the README). It covers the store it is given —
-the deployment's configured store (seed 004 "Scope").
+(cron, a Kubernetes CronJob, a scheduler; see the retention guide). It covers the store it is
+given — the deployment's configured store, the one every process shares.
 
 Two horizons:
 
@@ -509,7 +509,7 @@ def _classify_idle_finished(
     c: dict[str, Any], finished: Any, now: Any, settings: Settings, store: Store
 ) -> None:
     """A finished thread not yet due its mark, but idle past its waiting retention, is deleted
-    on the waiting horizon where the sweep measures it (seed 004 step 2 covers *every* thread,
+    on the waiting horizon where the sweep measures it (the waiting rule covers *every* thread,
     as Redis's TTL takes a thread marked or not): a mark never extends a thread's life."""
 
     pending = finished & (c["action"] == "not_due")
@@ -854,7 +854,7 @@ def _apply(
 
 def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Deleted], int]:
     """Delete ``batch`` until each thread is empty; a round that removed rows may have raced a
-    writer, so the threads the store still finds rows in go again (seed 004: up to 100 rounds).
+    writer, so the threads the store still finds rows in go again (up to :data:`MAX_ROUNDS`).
     """
     totals = dict.fromkeys(batch, Deleted())
     pending = batch
@@ -897,7 +897,7 @@ def policy_diff(
 
     Columns: thread_id, horizon, current_action, proposed_action, checkpoints, size_bytes. A
     finished thread's due time is fixed at its mark, so a proposed finished retention changes
-    nothing for threads already marked (seed 004): only new marks move.
+    nothing for threads already marked: only new marks move.
     """
     import pandas as pd
 

@@ -9,6 +9,7 @@ import sys
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -50,26 +51,26 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def _requirements(project: dict[str, object], extra: str) -> set[str]:
-    """The package names an extra installs, its references to other extras expanded."""
+def _extra(project: dict[str, Any], extra: str) -> set[str]:
+    """The package names an extra installs, following the extras it names of this project."""
     names: set[str] = set()
-    extras = project["optional-dependencies"]
-    assert isinstance(extras, dict)
-    for requirement in extras[extra]:
+    for requirement in project["optional-dependencies"][extra]:
         name = _name(requirement)
         if name == project["name"]:
-            inner = requirement.partition("[")[2].partition("]")[0]
-            for other in inner.split(","):
-                names |= _requirements(project, other.strip())
+            for nested in re.findall(r"\[([^\]]*)\]", requirement)[0].split(","):
+                names |= _extra(project, nested.strip())
         else:
             names.add(name)
     return names
 
 
 def test_environment_yml_lists_the_same_packages_as_pyproject() -> None:
-    """environment.yml creates the same environment as the core and the dev extra (all included)."""
+    """environment.yml creates the same environment as the core and the dev extra (which
+    includes all the others and the docs)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_name(r) for r in project["dependencies"]} | _requirements(project, "dev")
+    wanted = {_name(r) for r in project["dependencies"]} | _extra(project, "dev")
+    assert _extra(project, "all") <= wanted, "the dev extra must include every other extra"
+    assert _extra(project, "docs") <= wanted, "the dev extra must include the docs extra"
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     names: list[str] = []
     for dep in env["dependencies"]:

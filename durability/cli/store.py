@@ -31,7 +31,7 @@ def reset(url: str, yes: bool, as_json: bool) -> None:
     """Delete everything in the store at URL and record this version's format generation.
 
     This is what a store written by another format generation needs before this version can
-    use it (seed 004 "The store format"). It cannot be undone.
+    use it (a store is refused until then). It cannot be undone.
     """
     with friendly_errors(), open_store(url) as opened:
         if not yes:

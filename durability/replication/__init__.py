@@ -1,4 +1,4 @@
-"""Replication: the outbox drain, the plane client and connections (seed 000, done better).
+"""Replication: the outbox drain, the plane client and connections.
 
 ::
 

@@ -9,7 +9,7 @@ is classified in :func:`classify_ingest` — nothing else in the package looks a
 
 The API key is held privately: it is sent in one header and never appears in a repr, a log line
 or an exception message. Ids in paths are percent-encoded as one segment (a ``/``, ``?``, ``#``
-or ``..`` in an execution id never changes the path; reference §6.7).
+or ``..`` in an execution id never changes the path).
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def _json(response: httpx.Response) -> Any:
 
 
 def _rejections(response: httpx.Response, batch_ids: set[str]) -> dict[str, str]:
-    """Per-item refusals in a 2xx body; ids outside the batch are ignored (reference §6.20)."""
+    """Per-item refusals in a 2xx body; ids outside the batch are ignored (a plane answering
+    about rows it was not sent must not quarantine them)."""
     body = _json(response)
     out: dict[str, str] = {}
     if not isinstance(body, dict) or not isinstance(body.get("rejections"), list):

@@ -66,7 +66,8 @@ class Connection:
         http: An ``httpx.Client`` to send through (tests inject one).
         encoder: How ``state`` is sent (the BYOK seam; default clear).
         limits: Caps to check before sending; default: what the plane announces at connect.
-        batch_rows, batch_bytes: Caps of one ingest request.
+        batch_rows: Rows in one ingest request, at most (default 500).
+        batch_bytes: Bytes of one ingest request, at most (default 4 MiB).
         background: ``False``: no drain thread; call :meth:`drain` or
             :func:`~durability.replication.outbox.drain_once` yourself.
         backoff: The retry delays of the drain thread.
@@ -159,7 +160,7 @@ class Connection:
         """Drain synchronously (up to ``timeout`` seconds), then disconnect.
 
         The store keeps the connection's record, marked closed: it still replicates, and what
-        the plane lacks is sent at the next connect (seed 000). Returns ``True`` when the last
+        the plane lacks is sent at the next connect. Returns ``True`` when the last
         pass finished within the timeout. The key is dropped only after the drain that uses it
         has finished (a drain still running at the timeout keeps it until it ends, then closes
         it).

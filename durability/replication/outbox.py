@@ -60,7 +60,7 @@ _BODY_CLOSE = b"]}"
 class PlaneLimits:
     """Caps the plane announced (``limits`` in its auth-check answer), checked before sending.
 
-    The defaults are the fastaiagent plane's documented caps (reference §5): a 1 MiB
+    The defaults are the fastaiagent plane's documented caps: a 1 MiB
     ``state_snapshot`` (measured as its JSON on the wire), ``step_type`` of at most 40 characters,
     ``agent_id`` of at most 255.
     """

@@ -1,4 +1,4 @@
-"""The fastaiagent wire item, both ways (reference ``fastaiagent-wire.md`` §3.5 and §4.1).
+"""The fastaiagent wire item, both ways (the ingest item and what a restore reads back).
 
 A checkpoint goes to the plane as exactly the item the fastaiagent SDK sends, so one plane serves
 both. What that item has no field for rides in one extension object, ``metadata["durability"]``,
@@ -12,7 +12,7 @@ datetime, a dataclass, a tuple) is the codec's envelope, so nothing is decoded o
 nothing is lost on the way back. The wire wants objects for ``state_snapshot`` and the payload
 fields of ``metadata``; a value that is not a JSON object is sent as ``{"value": …}`` and the
 extension's ``wrapped`` list names it. ``state`` may also pass through a :class:`PayloadEncoder`
-(the seam for customer-held encryption, seed 000's future BYOK); metadata always stays clear.
+(the seam for customer-held encryption of the payload, BYOK); metadata always stays clear.
 
 An item without the extension (one the fastaiagent SDK sent) maps as its own restore does: the
 runner from ``metadata.chain_name``, else ``agent_id``, else ``chain_id``; payloads as they are.
@@ -139,7 +139,7 @@ def to_wire(
     encoder: PayloadEncoder = CLEAR,
     stripped: str | None = None,
 ) -> WireRow:
-    """Map a stored row to the wire item (reference §3.5), with the extension in ``metadata``.
+    """Map a stored row to the fastaiagent ingest item, with the extension in ``metadata``.
 
     Args:
         row: The row as the store keeps it (payloads as codec text).
