@@ -37,7 +37,7 @@ from durability.replication.outbox import (
     drain_once,
     supports_outbox,
 )
-from durability.replication.wire import CLEAR, PayloadEncoder
+from durability.replication.wire import CLEAR, ROW_KEY, PayloadEncoder
 from durability.stores.base import Store, redact_url
 
 logger = logging.getLogger("durability.replication")
@@ -106,7 +106,8 @@ class Connection:
         self.backoff = backoff
         self.replicating = supports_outbox(store)
         self.active = False
-        self.plane_identity: dict[str, Any] = {}
+        #: The plane's auth-check answer; ``None`` until one was had (nothing is sent before).
+        self.plane_identity: dict[str, Any] | None = None
         self._agent_ids: dict[str, str] = {}
         self._lock = threading.Lock()
         self._in_use = threading.Lock()
@@ -140,14 +141,14 @@ class Connection:
             return self
         if verify:
             try:
-                self.plane_identity = self.client.auth_check()
+                self._learn(self.client.auth_check())
             except ReplicationError as exc:
                 if not exc.retryable:
                     self.client.close()
                     raise
                 logger.warning("%s; connected anyway, rows stay buffered until it answers", exc)
-            if not self._limits_given:
-                self.limits = PlaneLimits.announced(self.plane_identity.get("limits"))
+        else:
+            self._learn({})  # unverified: assume a plane that announces nothing
         _registry.attach(self)
         self.active = True
         self.store.record_connection(self.project_id, self.target)
@@ -189,6 +190,32 @@ class Connection:
 
     def __enter__(self) -> Connection:
         return self
+
+    # ------------------------------------------------------------------ what the plane announced
+
+    def _learn(self, identity: dict[str, Any]) -> None:
+        self.plane_identity = identity
+        if not self._limits_given:
+            self.limits = PlaneLimits.announced(identity.get("limits"))
+
+    def identify(self) -> IngestAnswer | None:
+        """Learn the plane's identity (its caps, how it keys rows) if not known yet: ``None``
+        once known, else the buffered answer that kept it unknown (rows are not sent before)."""
+        if self.plane_identity is not None:
+            return None
+        identity = self.client.identify()
+        if isinstance(identity, IngestAnswer):
+            return identity
+        self._learn(identity)
+        return None
+
+    @property
+    def own_ids(self) -> bool:
+        """Whether the plane announced it keys rows by execution, namespace and checkpoint id,
+        so the store's own checkpoint ids are sent; else derived ones are (a plane that may be
+        idempotent by checkpoint id alone would drop one of two threads' ``step-1``)."""
+        features = (self.plane_identity or {}).get("features")
+        return isinstance(features, dict) and features.get("checkpoint_key") == list(ROW_KEY)
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from durability.clock import system_clock
 from durability.model import STEP_RUN_END
 from durability.replication.client import REASON_MAX, IngestAnswer
-from durability.replication.wire import WireRow, to_wire
+from durability.replication.wire import ItemRef, WireRow, to_wire
 from durability.stores.base import EncodedCheckpoint, RowKey, Store
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ class PlaneLimits:
     state_bytes: int = 1_048_576
     step_type_chars: int = 40
     agent_id_chars: int = 255
+    #: The largest request body the plane reads (a batch is cut to fit it).
+    body_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def announced(cls, limits: Any) -> PlaneLimits:
@@ -74,7 +76,7 @@ class PlaneLimits:
             return cls()
         values = {
             name: limits[name]
-            for name in ("state_bytes", "step_type_chars", "agent_id_chars")
+            for name in ("state_bytes", "step_type_chars", "agent_id_chars", "body_bytes")
             if isinstance(limits.get(name), int) and limits[name] > 0
         }
         return cls(**values)
@@ -139,8 +141,9 @@ class _Entry:
     stand_in_for: str | None = None
 
     @property
-    def checkpoint_id(self) -> str:
-        return self.row.checkpoint_id
+    def ref(self) -> ItemRef:
+        """How the plane's answers name this item."""
+        return self.wire.ref
 
 
 @dataclass(slots=True)
@@ -182,8 +185,8 @@ class _Pass:
         body = _BODY_OPEN + b",".join(e.wire.body for e in entries) + _BODY_CLOSE
         self.report.requests += 1
         self.report.bytes_sent += len(body)
-        ids = {e.checkpoint_id for e in entries}
-        return self.sender.submit(self.conn.client.ingest, body, ids)
+        refs = [e.ref for e in entries]
+        return self.sender.submit(self.conn.client.ingest, body, refs)
 
     def finish(self, entries: list[_Entry], sent: Future[IngestAnswer]) -> IngestAnswer:
         """Wait for a POST's answer and record the attempt on the rows it carried."""
@@ -193,9 +196,7 @@ class _Pass:
             # The rows that land record their attempt when marked (Store.mark_sent: one write
             # instead of two); the ones the plane rejected, or stand-ins, record it here.
             others = [
-                e.key
-                for e in entries
-                if e.stand_in_for is not None or e.checkpoint_id in answer.rejections
+                e.key for e in entries if e.stand_in_for is not None or e.ref in answer.rejections
             ]
             if others:
                 store.record_attempt(others, None)
@@ -214,7 +215,7 @@ class _Pass:
 
     def accept(self, entries: list[_Entry], answer: IngestAnswer, out: _Outcome) -> None:
         for e in entries:
-            rejected = answer.rejections.get(e.checkpoint_id)
+            rejected = answer.rejections.get(e.ref)
             if e.stand_in_for is not None:
                 out.quarantined[e.key] = e.stand_in_for
                 if rejected is not None:
@@ -284,11 +285,11 @@ class _Pass:
         inference: after a 413 for a body's total size, the last "suspect" lands on its own.
         """
         if answer is not None:
-            named = [e for e in group if e.checkpoint_id in answer.named]
+            named = [e for e in group if e.ref in answer.named]
             if named:
                 for e in named:
                     self.quarantine(e, answer.reason, out)
-                deferred[:0] = [e for e in group if e.checkpoint_id not in answer.named]
+                deferred[:0] = [e for e in group if e.ref not in answer.named]
                 return True
         if len(group) == 1:
             if answer is None:
@@ -325,39 +326,58 @@ class _Pass:
             project_id=conn.project_id,
             exclude=in_flight,
         )
-        keys = {(r.thread_id, r.seq or 0) for r in rows}
         if not rows:
             return None
-        if keys <= self.seen:
+        batch = self.prepare(rows)
+        if batch.keys <= self.seen:
             logger.error(
                 "the store %r did not record the outcome of %d rows; stopping this pass",
                 conn.store,
-                len(rows),
+                len(batch.keys),
             )
             return None
-        self.seen |= keys
-        return self.prepare(rows, keys)
+        self.seen |= batch.keys
+        return batch
 
-    def prepare(self, rows: list[EncodedCheckpoint], keys: set[RowKey]) -> _Batch:
-        """Map rows to wire entries; rows over an announced cap, or unmappable, are decided here."""
+    def prepare(self, rows: list[EncodedCheckpoint]) -> _Batch:
+        """Map rows to wire entries; rows over an announced cap, or unmappable, are decided here.
+
+        The batch ends before the row that would take its body past the plane's request limit
+        (that row leads the next batch), so a batch is split before the plane must refuse it.
+        """
         conn = self.conn
         agent_ids = conn.agent_ids()
+        budget = conn.limits.body_bytes - len(_BODY_OPEN) - len(_BODY_CLOSE)
+        used = 0
         out = _Outcome()
         entries: list[_Entry] = []
+        keys: set[RowKey] = set()
         for row in rows:
             key: RowKey = (row.thread_id, row.seq or 0)
             try:
-                wire = to_wire(row, agent_ids=agent_ids, encoder=conn.encoder)
+                wire = to_wire(row, agent_ids=agent_ids, encoder=conn.encoder, own_ids=conn.own_ids)
             except Exception as exc:  # a row nothing can send must not stall the others
+                keys.add(key)
                 out.quarantined[key] = _cut(
                     f"not sent: the stored row cannot be mapped to the wire ({type(exc).__name__}: {exc})"
                 )
                 continue
             cap = conn.limits.violation(wire)
+            if cap is None and len(wire.body) > budget:
+                cap = (
+                    f"the item is {len(wire.body)} bytes, over the plane's "
+                    f"{conn.limits.body_bytes}-byte request limit"
+                )
+            entry = _Entry(key, row, wire)
+            if cap is not None and row.step_type == STEP_RUN_END:
+                entry, cap = self.stand_in(entry, _cut(f"not sent: {cap}")), None
+            size = len(entry.wire.body) + 1
+            if entries and used + size > budget:
+                break  # this row leads the next batch
+            keys.add(key)
             if cap is None:
-                entries.append(_Entry(key, row, wire))
-            elif row.step_type == STEP_RUN_END:
-                entries.append(self.stand_in(_Entry(key, row, wire), _cut(f"not sent: {cap}")))
+                entries.append(entry)
+                used += size
             else:
                 out.quarantined[key] = _cut(f"not sent: {cap}")
         return _Batch(keys, entries, out)
@@ -388,6 +408,8 @@ class _Pass:
         marked synced only after the 2xx that carried it, so a crash between the two at worst
         sends it again, which the plane's idempotent ingest absorbs.
         """
+        if not self.identified():
+            return
         batch = self.fetch(set())
         sent = self.start(batch.entries) if batch is not None and batch.entries else None
         while batch is not None:
@@ -408,9 +430,31 @@ class _Pass:
                 break
             batch = following
 
+    def identified(self) -> bool:
+        """Learn the plane's identity first (how it keys rows decides the ids sent); when it
+        cannot be had, the next batch's rows record the attempt and stay buffered."""
+        conn = self.conn
+        answer = conn.identify()
+        if answer is None:
+            return True
+        rows = conn.store.fetch_unsynced_encoded(
+            limit=conn.batch_rows, max_bytes=conn.batch_bytes, project_id=conn.project_id
+        )
+        self.report.requests += 1
+        if rows:
+            conn.store.record_attempt([(r.thread_id, r.seq or 0) for r in rows], answer.reason)
+            self.report.buffered += len(rows)
+        conn.note_unavailable(answer, len(rows))
+        return False
+
     def stand_in(self, entry: _Entry, reason: str) -> _Entry:
+        conn = self.conn
         wire = to_wire(
-            entry.row, agent_ids=self.conn.agent_ids(), encoder=self.conn.encoder, stripped=reason
+            entry.row,
+            agent_ids=conn.agent_ids(),
+            encoder=conn.encoder,
+            stripped=reason,
+            own_ids=conn.own_ids,
         )
         return _Entry(entry.key, entry.row, wire, stand_in_for=reason)
 
