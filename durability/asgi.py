@@ -42,7 +42,7 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._refuse(send, f"the request body is {declared} bytes")
+            await self._refuse(send, f"the request body is {declared} bytes, over")
             return
         buffer = bytearray()
         while True:
@@ -51,7 +51,7 @@ class BodyLimit:
                 return  # the client left: nothing to answer
             buffer += message.get("body", b"")
             if len(buffer) > self.max_bytes:
-                await self._refuse(send, "the request body is longer")
+                await self._refuse(send, "the request body runs past")
                 return
             if not message.get("more_body", False):
                 break
@@ -69,7 +69,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send, what: str) -> None:
-        detail = f"{what}, over this server's {self.max_bytes}-byte limit; {self.advice}"
+        detail = f"{what} this server's {self.max_bytes}-byte limit; {self.advice}"
         body = orjson.dumps({"detail": detail, "limit_bytes": self.max_bytes})
         await send(
             {

@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from durability.asgi import BodyLimit
 from durability.clock import parse_aware
 from durability.errors import ConfigError, DurabilityError, StoreUnavailable
 
@@ -53,6 +55,9 @@ PRUNE_ROUTE = "/api/babelfish/checkpoints/prune"
 #: Shorter tokens are refused at start: an admin token that guards deletes must not be guessable.
 MIN_TOKEN_CHARS = 16
 BODY_FIELDS = ("dry_run", "now")
+BODY_HINT = '{"dry_run": true, "now": "<ISO 8601>"} at most'
+#: The largest request body the service reads: its one body is a few fields.
+MAX_BODY = 64 * 1024
 
 
 class _BadBody(Exception):
@@ -275,7 +280,10 @@ def create_ops_app(
             Route(SWEEP_ROUTE, service.sweep, methods=["POST"]),
             Route("/metrics", service.metrics, methods=["GET"]),
             Route(PRUNE_ROUTE, service.prune, methods=["POST"]),
-        ]
+        ],
+        middleware=[
+            Middleware(BodyLimit, max_bytes=MAX_BODY, advice=f"the sweep takes {BODY_HINT}")
+        ],
     )
     app.state.ops = service
     return app

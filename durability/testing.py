@@ -417,13 +417,18 @@ HOSTILE_IDS = [
     "{hash}tag}{",
     "..",
     " spaced  ",
+    "line\nbreak",
+    "carriage\rreturn",
+    "tab\there",
+    "line\u2028separator",
+    "next\u0085line",
     "x" * 10_000,
 ]
 
 
 @check
 def check_hostile_ids(target: StoreTarget) -> None:
-    """Ids with unicode, / ? % ' ; and 10 KB round-trip; a NUL or a lone surrogate in an id is refused clearly."""
+    """Ids with unicode, line breaks, tabs, / ? % ' ; and 10 KB round-trip; a NUL or a lone surrogate in an id is refused clearly."""
     with target.open() as store:
         for i, hostile in enumerate(HOSTILE_IDS):
             stored = store.put(

@@ -42,7 +42,6 @@ _PG_LOCK = 0x706C616E65
 def _base_tables(conn: SAConnection) -> None:
     """Version 1: every table and index of today's shape that is missing."""
     metadata.create_all(conn)
-    IDKEY_INDEX.create(conn, checkfirst=True)
 
 
 def _execution_keys(conn: SAConnection) -> None:
@@ -50,7 +49,7 @@ def _execution_keys(conn: SAConnection) -> None:
     columns = {c["name"] for c in sa.inspect(conn).get_columns("plane_checkpoints")}
     if "idkey" not in columns:
         conn.exec_driver_sql("ALTER TABLE plane_checkpoints ADD COLUMN idkey VARCHAR(64)")
-        IDKEY_INDEX.create(conn, checkfirst=True)
+    IDKEY_INDEX.create(conn, checkfirst=True)
     c = checkpoints.c
     update = (
         checkpoints.update()

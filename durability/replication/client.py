@@ -132,6 +132,13 @@ class _Refs:
 #: (404 unless the plane itself said it holds nothing; see :func:`_says_nothing`).
 UNROUTED = frozenset({404, 414, 431})
 
+#: What to do when a thread's path does not reach the plane (a :class:`PlaneRoutingError`).
+ROUTING_FIX = (
+    "let every proxy and router in front of the plane pass percent-encoded path segments "
+    "unchanged and raise their request-line and header limits (uvicorn: "
+    "h11_max_incomplete_event_size; nginx: large_client_header_buffers), then restore again"
+)
+
 #: Longest id a plain 404 is trusted for: past it, a proxy's limits may be what answered.
 PLAIN_ID_CHARS = 1024
 
@@ -460,11 +467,9 @@ class PlaneClient:
             f"path naming it got HTTP {response.status_code} {detail}, which is not the plane's "
             "own answer (that names the execution it looked up), so a router or proxy in front "
             "of it could not route the id (a newline, '/', '%', '..' or a long id are the usual "
-            "causes); nothing was restored",
+            f"causes); nothing was restored. Fix: {ROUTING_FIX}",
             retryable=False,
-            hint="let every proxy and router pass percent-encoded path segments unchanged and "
-            "raise their request-line and header limits (uvicorn: h11_max_incomplete_event_size; "
-            "nginx: large_client_header_buffers), then restore again",
+            hint=ROUTING_FIX,
         )
 
     def _checked(self, response: httpx.Response, action: str) -> Any:
