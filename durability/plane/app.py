@@ -264,13 +264,13 @@ class Plane:
                     f"{name} contains a NUL character, which the plane cannot store", 422
                 )
         resource_type = item.get("resource_type") or "chain"
-        if resource_type not in RESOURCE_TYPES:
+        if not isinstance(resource_type, str) or resource_type not in RESOURCE_TYPES:
             raise _Refusal(
                 f"resource_type {str(resource_type)[:40]!r} is not one of {', '.join(sorted(RESOURCE_TYPES))}",
                 422,
             )
         status = item.get("status") or "completed"
-        if status not in STATUSES:
+        if not isinstance(status, str) or status not in STATUSES:
             raise _Refusal(
                 f"status {str(status)[:40]!r} is not one of {', '.join(sorted(STATUSES))}", 422
             )
@@ -325,6 +325,8 @@ class Plane:
         execution_id = _segment(segments[0])
         if execution_id is None:
             return _error(404, "not found: the execution id is not valid percent-encoded UTF-8")
+        if "\x00" in execution_id:  # no row can hold it (a Postgres text cannot)
+            return _nothing_for(execution_id)
         if len(segments) == 2 and segments[1] == "latest":
             latest = self.storage.latest(tenant, execution_id)
             if latest is None:
@@ -422,7 +424,9 @@ def _limit(request: Request) -> int:
 
 def _cursor(request: Request) -> str | None:
     cursor = request.query_params.get("cursor")
-    if cursor is not None and (len(cursor) > _CURSOR_CHARS or not cursor.isascii()):
+    if cursor is not None and (
+        len(cursor) > _CURSOR_CHARS or not cursor.isascii() or not cursor.isprintable()
+    ):
         raise ConfigError(
             f"cursor {cursor[:40]!r} is not one this plane issued; start from the first page"
         )
