@@ -110,17 +110,17 @@ def test_a_routers_answer_is_not_nothing_on_the_plane(
     a thread the plane really lacks is still "nothing", through the router or not."""
     from durability.plane import create_app
 
-    with serve_in_thread(Router(create_app(plane.storage))) as routed:
-        with (
-            durability.open(f"sqlite:///{tmp_path / 'r.db'}") as fresh,
-            PlaneClient(routed.url, plane.key) as client,
-        ):
-            with pytest.raises(PlaneRoutingError) as raised:
-                plan_restore(fresh, thread, client=client)
-            assert isinstance(raised.value, RestoreError)
-            message = str(raised.value)
-            assert repr(thread[:80]) in message
-            assert f"HTTP {status}" in message
-            assert "Fix: let every proxy and router" in message
-            assert plan_restore(fresh, "plain-missing", client=client).empty
-            assert client.latest("order 42 missing") is None  # echoed by the plane itself
+    with (
+        serve_in_thread(Router(create_app(plane.storage))) as routed,
+        durability.open(f"sqlite:///{tmp_path / 'r.db'}") as fresh,
+        PlaneClient(routed.url, plane.key) as client,
+    ):
+        with pytest.raises(PlaneRoutingError) as raised:
+            plan_restore(fresh, thread, client=client)
+        assert isinstance(raised.value, RestoreError)
+        message = str(raised.value)
+        assert repr(thread[:80]) in message
+        assert f"HTTP {status}" in message
+        assert "Fix: let every proxy and router" in message
+        assert plan_restore(fresh, "plain-missing", client=client).empty
+        assert client.latest("order 42 missing") is None  # echoed by the plane itself

@@ -275,7 +275,8 @@ def served_plane_process(tmp_path: Path, *options: str) -> tuple[subprocess.Pope
             httpx.get(url + "/public/v1/policy", headers={"X-API-Key": key})
             return server, url, key
         except httpx.TransportError:
-            assert server.poll() is None and time.monotonic() < deadline, "the plane did not start"
+            assert server.poll() is None, "the plane exited"
+            assert time.monotonic() < deadline, "the plane did not start"
             time.sleep(0.1)
 
 
