@@ -8,7 +8,8 @@ service (``durability serve-ops``) serves :func:`render` on ``GET /metrics``.
   spared, by horizon and the filter's owner (``park``, ``lease``, ``replication``, …).
 * ``durability_checkpoint_sweep_deleted_threads_total{horizon}`` and
   ``durability_checkpoint_sweep_deleted_checkpoints_total{horizon}``: what sweeps deleted.
-* ``durability_checkpoint_sweep_runs_total{outcome}``: sweeps by outcome (``success``, ``failure``).
+* ``durability_checkpoint_sweep_runs_total{outcome}``: sweeps by outcome (``success``,
+  ``failure``, ``refused``: another sweep of the store held its sweep lock).
 * ``durability_checkpoint_sweep_last_success_timestamp_seconds``: wall-clock time of the last
   sweep that succeeded (alert when ``time() -`` it grows past your cadence).
 """
@@ -40,7 +41,7 @@ SWEEP_DELETED_CHECKPOINTS = Counter(
 )
 SWEEP_RUNS = Counter(
     "durability_checkpoint_sweep_runs_total",
-    "Checkpoint sweeps run, by outcome (success or failure).",
+    "Checkpoint sweeps run, by outcome (success, failure, or refused: another sweep held the lock).",
     ["outcome"],
     registry=REGISTRY,
 )
