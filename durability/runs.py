@@ -179,11 +179,13 @@ class Runner:
         retention: the retention this runner declares for the threads it runs on, e.g.
             ``{"waiting": "14d", "finished": "2d"}``; checked against the store's platform
             values at every start (seed 004 "A thread's own retention").
-        lease_ttl: how long the thread's lease lasts without renewal, on the store's clock. A
-            killed run can be resumed elsewhere once its lease has expired.
+        lease_ttl: how long the thread's lease lasts without renewal, on the store's clock (a
+            timedelta or a duration such as ``"30s"``). A killed run can be resumed elsewhere
+            once its lease has expired.
         heartbeat: seconds (real time) between lease renewals; default a third of ``lease_ttl``.
-        timeout: the longest one execution (a start or a resume) may run, on the store's clock;
-            past it the run ends failed with reason ``timeout`` at its next check.
+        timeout: the longest one execution (a start or a resume) may run, on the store's clock
+            (a timedelta or a duration such as ``"10m"``); past it the run ends failed with
+            reason ``timeout`` at its next check.
     """
 
     #: ``agent`` for a plain run; a :class:`Flow` is ``flow``.
@@ -201,9 +203,9 @@ class Runner:
         steps: Sequence[Step | tuple[str, StepFn] | StepFn],
         *,
         retention: Mapping[str, str | timedelta] | None = None,
-        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_ttl: timedelta | str = timedelta(seconds=30),
         heartbeat: float | None = None,
-        timeout: timedelta | None = None,
+        timeout: timedelta | str | None = None,
     ) -> None:
         check_id(name, "runner name", action="define a runner")
         self.name = name
@@ -230,13 +232,11 @@ class Runner:
             key: parse_duration(value, name=f"runner {name!r} {key} retention")
             for key, value in (retention or {}).items()
         }
-        if lease_ttl <= timedelta(0):
-            raise ConfigError(
-                f"cannot define runner {name!r}: lease_ttl {lease_ttl} must be positive"
-            )
-        self.lease_ttl = lease_ttl
-        self.heartbeat = heartbeat if heartbeat is not None else lease_ttl.total_seconds() / 3
-        self.timeout = timeout
+        self.lease_ttl = parse_duration(lease_ttl, name=f"runner {name!r} lease_ttl")
+        self.heartbeat = heartbeat if heartbeat is not None else self.lease_ttl.total_seconds() / 3
+        self.timeout = (
+            None if timeout is None else parse_duration(timeout, name=f"runner {name!r} timeout")
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}: {', '.join(s.name for s in self.steps)}>"
@@ -800,19 +800,21 @@ class RunContext:
         return self.store.clock()
 
     def interrupt(
-        self, reason: str, context: Any = None, *, deadline: datetime | timedelta | None
+        self, reason: str, context: Any = None, *, deadline: datetime | timedelta | str | None
     ) -> Any:
         """Ask for an answer: park the run until someone resumes it with a value.
 
         When this execution of the step was resumed with a value, the first call returns it;
         every other call parks. A parked step runs again from its start on resume, so keep one
-        ask per step. ``deadline`` (a time, or a duration from now) must fit the thread's
-        waiting retention; a park without one, past it, or in a store that cannot hold parks is
-        refused and the run fails with that refusal as its error.
+        ask per step. ``deadline`` (a time, or a duration from now: a timedelta or text such as
+        ``"2d"``) must fit the thread's waiting retention; a park without one, past it, or in a
+        store that cannot hold parks is refused and the run fails with that refusal as its error.
         """
         if not self._answered:
             self._answered = True
             return self.resume_value
+        if isinstance(deadline, str):
+            deadline = parse_duration(deadline, name="the ask's deadline")
         if isinstance(deadline, timedelta):
             deadline = self.now() + deadline
         raise _Interrupt(reason, context, None if deadline is None else as_utc(deadline))

@@ -30,6 +30,7 @@ from durability.errors import (
     CapabilityError,
     CheckpointNotFound,
     CheckpointStoreFormatError,
+    ConfigError,
     InvalidIdError,
     ParkRefused,
 )
@@ -44,7 +45,13 @@ from durability.model import (
     PendingWrite,
     ThreadRecord,
 )
-from durability.settings import Retention, Settings, check_park_deadline, due_at
+from durability.settings import (
+    Retention,
+    Settings,
+    check_park_deadline,
+    due_at,
+    parse_duration,
+)
 
 #: The store format generation this version writes (seed 004 "The store format").
 FORMAT_GENERATION = 1
@@ -784,7 +791,7 @@ class Store(ABC):
         self._ledger_unmark(thread_id)
 
     def acquire_lease(
-        self, thread_id: str, holder: str, ttl: timedelta, *, run_id: str = ""
+        self, thread_id: str, holder: str, ttl: timedelta | str, *, run_id: str = ""
     ) -> Lease:
         """Take the thread's lease for ``ttl``; :class:`~durability.errors.LeaseHeld` if another holds a live one.
 
@@ -793,20 +800,20 @@ class Store(ABC):
         action = "take a lease"
         self._check_thread(thread_id, "", action)
         check_id(holder, "lease holder", action=action)
-        _check_positive(ttl, "lease ttl", action)
+        ttl = _check_positive(ttl, "lease ttl", action)
         self.ready()
         now = self.clock()
-        return self._lease_acquire(thread_id, holder, run_id, now, now + ttl)
+        return self._lease_acquire(thread_id, holder, run_id, now, _after(now, ttl, action))
 
-    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta) -> Lease:
+    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta | str) -> Lease:
         """Extend the caller's lease; :class:`~durability.errors.LeaseLost` if it is not theirs any more."""
         action = "renew a lease"
         self._check_thread(thread_id, "", action)
         check_id(holder, "lease holder", action=action)
-        _check_positive(ttl, "lease ttl", action)
+        ttl = _check_positive(ttl, "lease ttl", action)
         self.ready()
         now = self.clock()
-        return self._lease_renew(thread_id, holder, now, now + ttl)
+        return self._lease_renew(thread_id, holder, now, _after(now, ttl, action))
 
     def release_lease(self, thread_id: str, holder: str) -> None:
         """Drop the caller's lease (a no-op if it is not theirs)."""
@@ -1591,9 +1598,29 @@ def park_exists_message(thread_id: str) -> str:
     )
 
 
-def _check_positive(value: timedelta, what: str, action: str) -> None:
+def _check_positive(value: timedelta | str, what: str, action: str) -> timedelta:
+    """``value`` as a positive duration (a timedelta, or text such as ``30s`` or ``PT30S``)."""
+    if isinstance(value, str):
+        return parse_duration(value, name=what)
+    if not isinstance(value, timedelta):
+        raise ConfigError(
+            f"cannot {action}: {what} {str(value)[:40]!r} must be a timedelta or a duration "
+            "such as 30s or 5m"
+        )
     if value <= timedelta(0):
         raise InvalidIdError(f"cannot {action}: {what} {value} must be positive")
+    return value
+
+
+def _after(now: datetime, span: timedelta, action: str) -> datetime:
+    """``now + span``, refused by name when it passes the year 9999."""
+    try:
+        return now + span
+    except OverflowError:
+        raise ConfigError(
+            f"cannot {action}: {span} from {now.isoformat()} is past the year 9999; use a "
+            "shorter duration"
+        ) from None
 
 
 def _due_order(record: ThreadRecord) -> tuple[datetime, str]:
