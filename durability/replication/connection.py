@@ -152,7 +152,7 @@ class Connection:
         _registry.attach(self)
         self.active = True
         self.store.record_connection(self.project_id, self.target)
-        _registry.wake(self)
+        _registry.kick(self)
         return self
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -377,6 +377,11 @@ class _Registry:
         worker = self.worker_of(conn)
         if worker is not None:
             worker.wake()
+
+    def kick(self, conn: Connection) -> None:
+        worker = self.worker_of(conn)
+        if worker is not None:
+            worker.kick()
 
     def drain_now(self, conn: Connection, timeout: float | None) -> bool:
         worker = self.worker_of(conn)

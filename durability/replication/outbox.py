@@ -575,7 +575,10 @@ class DrainWorker:
         self.name = name
         self.backoff = backoff if backoff is not None else Backoff()
         self.idle_interval = idle_interval
+        #: Set by a write (rows to send) and by :meth:`kick`.
         self._wake = threading.Event()
+        #: Set by :meth:`kick`: a pass now, even while backing off.
+        self._kick = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Condition()
         self._requested = 0
@@ -603,22 +606,32 @@ class DrainWorker:
         return self
 
     def wake(self) -> None:
-        """Ask for a pass soon; never blocks (a write calls this on its own thread)."""
+        """Ask for a pass soon; never blocks (a write calls this on its own thread).
+
+        While the worker backs off (the plane could not take rows) a wake waits for the next
+        backoff step: a pass per write would hammer a plane that is down and, recording its
+        attempts, make every write wait on the store's write lock.
+        """
+        self._wake.set()
+
+    def kick(self) -> None:
+        """Ask for a pass now, even while backing off (a connect, a disconnect, an operator)."""
+        self._kick.set()
         self._wake.set()
 
     def drain_now(self, timeout: float | None = None) -> bool:
-        """Wake the worker and wait until a pass that started after this call has finished."""
+        """Kick the worker and wait until a pass that started after this call has finished."""
         with self._done:
             self._requested += 1
             target = self._requested
-        self._wake.set()
+        self.kick()
         with self._done:
             return self._done.wait_for(lambda: self._completed >= target, timeout)
 
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop the thread after its current pass; ``True`` if it ended within ``timeout``."""
         self._stopping.set()
-        self._wake.set()
+        self.kick()
         thread = self._thread
         if thread is None or thread is threading.current_thread():
             return True
@@ -636,10 +649,14 @@ class DrainWorker:
         failures = 0
         logged_at = float("-inf")
         while not self._stopping.is_set():
-            self._wake.wait(self.idle_interval if delay is None else delay)
+            if delay is None:
+                self._wake.wait(self.idle_interval)
+            else:  # backing off: only a kick cuts the delay short, never a write
+                self._kick.wait(delay)
             if self._stopping.is_set():
                 break
             self._wake.clear()
+            self._kick.clear()
             with self._done:
                 started = self._requested
             failed, retry_after = True, None
