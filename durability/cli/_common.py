@@ -100,9 +100,9 @@ def cell(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows as an aligned text table."""
-    cells = [[cell(v) for v in row] for row in rows]
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> None:
+    """Print rows as an aligned text table (cells cut at ``width`` characters)."""
+    cells = [[cell(v, width) for v in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     click.echo(line.rstrip())

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -45,6 +47,8 @@ logger = logging.getLogger("durability.replication")
 #: Default batch caps: rows per ingest request, and the stored bytes of those rows.
 BATCH_ROWS = 500
 BATCH_BYTES = 4 * 1024 * 1024
+#: Seconds between two heartbeats a drain writes into its connection record (one small write).
+HEARTBEAT_EVERY = 15.0
 
 
 def database_key(store: Store) -> str:
@@ -115,6 +119,8 @@ class Connection:
         self._warned: set[int | None] = set()
         self.last_error: str | None = None
         self.retry_after: float | None = None
+        self._beat_at = float("-inf")
+        self._acked_at: datetime | None = None
 
     def __repr__(self) -> str:
         state = "active" if self.active else "closed"
@@ -173,6 +179,7 @@ class Connection:
         if not self.replicating:
             return finished
         _registry.detach(self)
+        self.beat(force=True)
         try:
             # Closed, not forgotten: the store still replicates, so the rows the plane lacks
             # wait for the next connect and the sweep and `threads delete` keep them meanwhile.
@@ -271,6 +278,23 @@ class Connection:
         """Registered agent names → plane ids (a copy, taken when a batch is mapped)."""
         with self._lock:
             return dict(self._agent_ids)
+
+    # ------------------------------------------------------------------ the heartbeat
+
+    def beat(self, *, acked: bool = False, force: bool = False) -> None:
+        """Tell the store's connection record that this drain is alive (at most every
+        :data:`HEARTBEAT_EVERY` seconds unless ``force``); ``acked``: the plane has just
+        acknowledged a batch. A heartbeat that cannot be written is skipped, never an error."""
+        if acked:
+            self._acked_at = self.store.clock()
+        now = time.monotonic()
+        if not force and now - self._beat_at < HEARTBEAT_EVERY:
+            return
+        self._beat_at = now
+        try:
+            self.store.record_heartbeat(self.project_id, acked_at=self._acked_at)
+        except Exception:  # the record is advisory; the next pass writes it again
+            logger.debug("could not record the drain's heartbeat", exc_info=True)
 
     # ------------------------------------------------------------------ plane state (logged once)
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durability.clock import system_clock
@@ -482,6 +482,7 @@ class _Pass:
         if out.synced:
             store.mark_sent(out.synced)
             self.report.synced += len(out.synced)
+        self.conn.beat(acked=bool(out.synced))
         if out.quarantined:
             store.mark_quarantined(out.quarantined)
             self.report.quarantined += len(out.quarantined)
@@ -506,6 +507,7 @@ def drain_once(conn: Connection) -> DrainReport:
     with conn.draining() as active:
         if not active:
             return DrainReport()
+        conn.beat()
         with ThreadPoolExecutor(1, thread_name_prefix="durability-post") as sender:
             one = _Pass(conn, sender)
             one.run()
@@ -695,9 +697,16 @@ class DrainWorker:
 # ---------------------------------------------------------------------------- status
 
 
+#: A drain writes its heartbeat at least this often while its process lives (its idle pass
+#: every 30 s, a backoff step at most every 60 s, a long pass every batch), so a record older
+#: than this was left by a process that has gone.
+DRAIN_STALE_AFTER = timedelta(minutes=3)
+
+
 @dataclass(frozen=True, slots=True)
 class ProjectOutbox:
-    """One project's outbox in a store: counts, the oldest pending row, and its connection."""
+    """One project's outbox in a store: counts and sizes, the oldest pending row, and its
+    connection with its drain's heartbeat (``seen_at``) and last acknowledged batch."""
 
     project_id: str
     pending: int
@@ -706,6 +715,9 @@ class ProjectOutbox:
     oldest_pending_at: datetime | None
     connected_to: str | None
     disconnected_at: datetime | None = None
+    pending_bytes: int = 0
+    seen_at: datetime | None = None
+    acked_at: datetime | None = None
 
     @property
     def connection(self) -> str:
@@ -715,11 +727,19 @@ class ProjectOutbox:
             return "none"
         return "connected" if self.disconnected_at is None else "disconnected"
 
+    def drain(self, now: datetime) -> str | None:
+        """For a connected project, ``live`` (its drain's heartbeat is recent) or ``stale``
+        (older than :data:`DRAIN_STALE_AFTER`: the process that connected has gone); else ``None``."""
+        if self.connection != "connected" or self.seen_at is None:
+            return None if self.connection != "connected" else "stale"
+        return "live" if now - self.seen_at <= DRAIN_STALE_AFTER else "stale"
+
 
 def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbox]:
-    """Per project: pending, synced and quarantined rows, the oldest pending row's time, the
-    plane it replicates to (``None``: no connection recorded, so its rows stay buffered) and
-    when its connection closed (``None`` while open).
+    """Per project: pending (with their stored bytes), synced and quarantined rows, the oldest
+    pending row's time, the plane it replicates to (``None``: no connection recorded, so its
+    rows stay buffered), when its connection closed (``None`` while open), its drain's last
+    heartbeat and the plane's last acknowledged batch.
 
     Raises:
         CapabilityError: The store keeps no outbox.
@@ -729,18 +749,20 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
     while True:
         page = store.outbox(after_seq=after, limit=page_size)
         for e in page:
-            c = counts.setdefault(e.project_id, [0, 0, 0, None])
+            c = counts.setdefault(e.project_id, [0, 0, 0, None, 0])
             c[("pending", "synced", "quarantined").index(e.state)] += 1
-            if e.state == "pending" and (c[3] is None or e.created_at < c[3]):
-                c[3] = e.created_at
+            if e.state == "pending":
+                c[4] += e.size_bytes
+                if c[3] is None or e.created_at < c[3]:
+                    c[3] = e.created_at
         if len(page) < page_size:
             break
         after = page[-1].seq
     records = {c.project_id: c for c in store.connections()}
     for project in records:
-        counts.setdefault(project, [0, 0, 0, None])
+        counts.setdefault(project, [0, 0, 0, None, 0])
     status = []
-    for project, (pending, synced, quarantined, oldest) in sorted(counts.items()):
+    for project, (pending, synced, quarantined, oldest, size) in sorted(counts.items()):
         record = records.get(project)
         status.append(
             ProjectOutbox(
@@ -751,6 +773,9 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
                 oldest,
                 None if record is None else record.target,
                 None if record is None else record.disconnected_at,
+                size,
+                None if record is None else (record.seen_at or record.connected_at),
+                None if record is None else record.acked_at,
             )
         )
     return status
@@ -762,6 +787,7 @@ def keys_of(entries: Iterable[Any]) -> list[RowKey]:
 
 
 __all__ = [
+    "DRAIN_STALE_AFTER",
     "Backoff",
     "DrainReport",
     "DrainWorker",

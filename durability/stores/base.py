@@ -327,11 +327,27 @@ class Connection:
     target: str
     connected_at: datetime
     disconnected_at: datetime | None = None
+    #: When a drain of the project last ran (its heartbeat; a crash leaves it to age).
+    seen_at: datetime | None = None
+    #: When the plane last acknowledged a batch of the project's rows.
+    acked_at: datetime | None = None
 
     @property
     def open(self) -> bool:
         """Whether a process is connected (as far as the record knows: a crash leaves it open)."""
         return self.disconnected_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSummary:
+    """One project's unsent rows, counted without reading the synced ones: pending rows and
+    their stored bytes, the oldest pending row's time, and quarantined rows."""
+
+    project_id: str
+    pending: int = 0
+    pending_bytes: int = 0
+    oldest_pending_at: datetime | None = None
+    quarantined: int = 0
 
 
 def check_id(value: object, what: str, *, action: str, allow_empty: bool = False) -> str:
@@ -1055,6 +1071,18 @@ class Store(ABC):
         self.ready()
         return self._connections()
 
+    def record_heartbeat(self, project_id: str, *, acked_at: datetime | None = None) -> None:
+        """Record that a drain of ``project_id`` is alive now (and, with ``acked_at``, when the
+        plane last acknowledged its rows) in the connection's record; a no-op without one."""
+        self.ready()
+        self._record_heartbeat(project_id, self.clock(), acked_at)
+
+    def outbox_summary(self) -> list[OutboxSummary]:
+        """Per project, its pending and quarantined rows (see :class:`OutboxSummary`), read
+        without touching synced rows: cheap enough to serve on every metrics scrape."""
+        self.ready()
+        return self._outbox_summary()
+
     @property
     def replicates(self) -> bool:
         """Whether the store was ever connected to a plane, and the connection not forgotten since.
@@ -1265,6 +1293,27 @@ class Store(ABC):
 
     def _connections(self) -> list[Connection]:
         return []
+
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        for record in self._connections():
+            if record.project_id == project_id:
+                acked = acked_at or record.acked_at
+                self._record_connection(replace(record, seen_at=seen_at, acked_at=acked))
+
+    def _outbox_summary(self) -> list[OutboxSummary]:
+        totals: dict[str, list[Any]] = {}
+        for state in ("pending", "quarantined"):
+            for e in self._outbox(state, None, None, None, None):
+                t = totals.setdefault(e.project_id, [0, 0, None, 0])
+                if state == "quarantined":
+                    t[3] += 1
+                    continue
+                t[0] += 1
+                t[1] += e.size_bytes
+                t[2] = e.created_at if t[2] is None else min(t[2], e.created_at)
+        return [OutboxSummary(p, *t) for p, t in sorted(totals.items())]
 
     # ---- analysis reads
     # Column reads for durability.frames: scalar fields only, never a payload decoded, in

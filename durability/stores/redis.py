@@ -189,6 +189,9 @@ class RedisStore(Store):
             g + "format",
             g + "reconcile",
         )
+        #: Per project, its drain's heartbeat and last acknowledged batch (written apart from
+        #: the connection record, which a disconnect rewrites).
+        self._k_drains = g + "drains"
 
     # ------------------------------------------------------------------ plumbing
 
@@ -1111,24 +1114,41 @@ class RedisStore(Store):
         self._run(
             "forget a connection", lambda _r: self._client.hdel(self._k_connections, project_id)
         )
+        self._run("forget a connection", lambda _r: self._client.hdel(self._k_drains, project_id))
         self._refresh_replicating()
         if not self._replicating:
             self._apply_outbox_expiry()
 
     def _connections(self) -> list[Connection]:
         raw = self._run("read connections", lambda _r: self._client.hgetall(self._k_connections))
+        drains = self._run("read connections", lambda _r: self._client.hgetall(self._k_drains))
         found = []
         for project, value in sorted(raw.items()):
             data = orjson.loads(value)
+            beat = orjson.loads(drains.get(project, b"{}"))
             found.append(
                 Connection(
                     project.decode(),
                     data["target"],
                     from_micros(data["at"]),
                     from_micros(data["off"]) if "off" in data else None,
+                    from_micros(beat["seen"]) if "seen" in beat else None,
+                    from_micros(beat["ack"]) if "ack" in beat else None,
                 )
             )
         return found
+
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        def beat(_retry: bool) -> None:
+            current = orjson.loads(self._client.hget(self._k_drains, project_id) or b"{}")
+            current["seen"] = to_micros(seen_at)
+            if acked_at is not None:
+                current["ack"] = to_micros(acked_at)
+            self._client.hset(self._k_drains, project_id, orjson.dumps(current))
+
+        self._run("record a drain heartbeat", beat)
 
     def _apply_outbox_expiry(self) -> None:
         """Give every unsent row's outbox keys the expiry replication calls for (OUTBOX_EXPIRY).

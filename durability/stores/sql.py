@@ -65,6 +65,7 @@ from durability.stores.base import (
     Connection,
     EncodedCheckpoint,
     EncodedWrite,
+    OutboxSummary,
     RowKey,
     Store,
     SweepColumns,
@@ -216,6 +217,8 @@ connections = sa.Table(
     sa.Column("target", sa.Text, nullable=False),
     sa.Column("connected_at", sa.BigInteger, nullable=False),
     sa.Column("disconnected_at", sa.BigInteger),
+    sa.Column("seen_at", sa.BigInteger),
+    sa.Column("acked_at", sa.BigInteger),
 )
 
 _not_synced = sa.not_(checkpoints.c.synced)
@@ -380,6 +383,19 @@ def _migration_connection_closed(conn: SAConnection) -> None:
         _add_column(conn, connections, "disconnected_at", "BIGINT")
 
 
+def _migration_drain_heartbeat(conn: SAConnection) -> None:
+    """Version 8: a connection record carries its drain's heartbeat and last acknowledged batch,
+    so ``durability outbox status`` tells a live drain from a record a gone process left open."""
+    existing = (
+        set()
+        if conn.dialect.name == "postgresql"
+        else {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(durability_connections)")}
+    )
+    for name in ("seen_at", "acked_at"):
+        if name not in existing:
+            _add_column(conn, connections, name, "BIGINT")
+
+
 _KEY_INDEXES = (
     sa.Index("ix_durability_checkpoints_key", checkpoints.c.tkey, checkpoints.c.ckey, unique=True),
     sa.Index("ix_durability_writes_key", writes.c.tkey, writes.c.ckey),
@@ -417,6 +433,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("checkpoints by id index", _migration_by_id_index),
     ("connection records kept at disconnect", _migration_connection_closed),
     ("thread-first key indexes", _migration_thread_first_keys),
+    ("drain heartbeats", _migration_drain_heartbeat),
 )
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -1471,6 +1488,8 @@ class SQLStore(Store):
             "target": connection.target,
             "connected_at": to_micros(connection.connected_at),
             "disconnected_at": _micros(connection.disconnected_at),
+            "seen_at": _micros(connection.seen_at),
+            "acked_at": _micros(connection.acked_at),
         }
         with self._one("record a connection") as conn:
             conn.execute(
@@ -1489,10 +1508,51 @@ class SQLStore(Store):
         with self._one("read connections") as conn:
             return [
                 Connection(
-                    r.project_id, r.target, from_micros(r.connected_at), _time(r.disconnected_at)
+                    r.project_id,
+                    r.target,
+                    from_micros(r.connected_at),
+                    _time(r.disconnected_at),
+                    _time(r.seen_at),
+                    _time(r.acked_at),
                 )
                 for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
             ]
+
+    @_reconnecting
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        c = connections.c
+        acked = c.acked_at if acked_at is None else to_micros(acked_at)
+        with self._one("record a drain heartbeat") as conn:
+            conn.execute(
+                connections.update()
+                .where(c.project_id == project_id)
+                .values(seen_at=to_micros(seen_at), acked_at=acked)
+            )
+
+    @_reconnecting
+    def _outbox_summary(self) -> list[OutboxSummary]:
+        # Driver SQL with the partial indexes' own predicates, so neither read touches a
+        # synced row (metrics scrape this).
+        sql = self._sql
+        pending = (
+            f"SELECT project_id, COUNT(*), SUM(size_bytes), MIN(created_at) FROM {sql.table} "  # noqa: S608
+            f"WHERE {_NOT_SYNCED_SQL[self.provider == 'sqlite']} GROUP BY project_id"
+        )
+        quarantined = (
+            f"SELECT project_id, COUNT(*) FROM {sql.table} WHERE sync_error IS NOT NULL "  # noqa: S608
+            "GROUP BY project_id"
+        )
+        totals: dict[str, dict[str, Any]] = {}
+        with self._one("summarise the outbox") as conn:
+            for project, rows, size, oldest in conn.exec_driver_sql(pending):
+                totals.setdefault(project, {}).update(
+                    pending=int(rows), pending_bytes=int(size or 0), oldest_pending_at=_time(oldest)
+                )
+            for project, rows in conn.exec_driver_sql(quarantined):
+                totals.setdefault(project, {})["quarantined"] = int(rows)
+        return [OutboxSummary(p, **t) for p, t in sorted(totals.items())]
 
     # ---- analysis reads
 
