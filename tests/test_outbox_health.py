@@ -151,3 +151,40 @@ def test_sizes_read_back() -> None:
     for bad in ("lots", "0", "9" * 40):
         with pytest.raises(ConfigError, match="--max-body"):
             parse_size(bad, name="--max-body")
+
+
+def test_the_ops_metrics_serve_replication_per_project(
+    store_url: str, plane: PlaneHandle
+) -> None:
+    """/metrics serves, per project, pending rows and bytes, the oldest pending row's age,
+    quarantined rows and the last acknowledged batch: what to alert on."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from durability.plane import serve_in_thread
+    from durability.service import create_ops_app
+
+    with durability.open(store_url, settings=Settings()) as store:
+        conn = connect(store, plane.url, plane.key, http=plane.http(), project_id="shop")
+        store.put(Checkpoint(thread_id="t", project_id="shop", state=STATE))
+        store.put(Checkpoint(thread_id="t", project_id="shop", step_type="s" * 50))
+        assert conn.drain(timeout=10)
+        conn.close()
+        store.put(Checkpoint(thread_id="t2", project_id="shop", state=STATE))
+        store.put(Checkpoint(thread_id="t3", project_id="other", state={"n": 1}))
+        with serve_in_thread(create_ops_app(store, admin_token="a" * 32)) as ops:
+            text = httpx.get(ops.url + "/metrics").text
+    samples = {
+        (s.name, s.labels.get("project")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("durability_outbox_read_ok", None)] == 1
+    assert samples[("durability_outbox_pending_rows", "shop")] == 1
+    assert samples[("durability_outbox_pending_bytes", "shop")] > 40_000
+    assert samples[("durability_outbox_quarantined_rows", "shop")] == 1
+    assert samples[("durability_outbox_pending_rows", "other")] == 1
+    assert 0 <= samples[("durability_outbox_oldest_pending_age_seconds", "shop")] < 60
+    acked = samples[("durability_outbox_last_ack_timestamp_seconds", "shop")]
+    assert abs(acked - time.time()) < 60
+    assert ("durability_outbox_last_ack_timestamp_seconds", "other") not in samples
