@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from durability.plane import PlaneStorage, create_app, serve_in_thread
+from durability.plane import PlaneCaps, PlaneStorage, create_app, serve_in_thread
 from durability.plane.app import Plane
 from durability.replication import Backoff, PlaneLimits
 from durability.replication.wire import store_ids
@@ -285,6 +285,7 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
     served_plane.faults.reset()
     served_plane.plane.compat = False
     served_plane.plane.history = True
+    served_plane.plane.caps = PlaneCaps()
     for client in handle.clients:
         client.close()
 

@@ -26,6 +26,7 @@ import pytest
 from conftest import POSTGRES_URL, make_target, postgres_admin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plane_support import PlaneHandle
 
 from durability import Checkpoint
 from durability.clock import FrozenClock
@@ -340,3 +341,25 @@ def test_overflowing_timestamps_are_refused_by_name(tmp_path: Path) -> None:
         assert refused.status_code == 422
         assert refused.json()["checkpoint_id"] == "late"
     storage.close()
+
+
+def test_the_client_splits_a_batch_to_fit_the_announced_body_cap(
+    plane: PlaneHandle, tmp_path: Path
+) -> None:
+    """The plane announces its body cap; the drain cuts batches to fit it, so a body-size 413
+    never happens and no row is quarantined for it."""
+    import durability
+    from durability.replication import connect, drain_once
+    from durability.settings import Settings
+
+    plane.plane.caps = type(plane.plane.caps)(body_bytes=30_000)
+    with durability.open(f"sqlite:///{tmp_path / 'split.db'}", settings=Settings()) as store:
+        for n in range(12):
+            store.put(Checkpoint(thread_id="t-split", state={"n": n, "pad": "y" * 8000}))
+        conn = connect(store, plane.url, plane.key, background=False, http=plane.http())
+        assert conn.limits.body_bytes == 30_000
+        report = drain_once(conn)
+        assert (report.synced, report.quarantined, report.buffered) == (12, 0, 0)
+        assert report.requests == 4, "three rows per body fit; a refused body costs more"
+        conn.close()
+    assert len(plane.ids_on_plane("t-split")) == 12
