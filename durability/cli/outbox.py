@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from durability.cli._common import (
+    cell,
     friendly_errors,
     json_option,
     open_store,
@@ -125,7 +126,7 @@ def _connection_cell(r: ProjectOutbox, now: datetime) -> str:
     if r.connection == "none":
         return "no connection"
     if r.connection == "disconnected" and r.disconnected_at is not None:
-        return f"disconnected {format_age(now - r.disconnected_at)} ago"
+        return f"disconnected {cell(r.disconnected_at)} ({format_age(now - r.disconnected_at)} ago)"
     seen = "ever" if r.seen_at is None else format_age(now - r.seen_at)
     if r.drain(now) == "live":
         return f"connected, drain seen {seen} ago"

@@ -444,7 +444,7 @@ class _Pass:
         if rows:
             conn.store.record_attempt([(r.thread_id, r.seq or 0) for r in rows], answer.reason)
             self.report.buffered += len(rows)
-        conn.note_unavailable(answer, len(rows))
+            conn.note_unavailable(answer, len(rows))
         return False
 
     def stand_in(self, entry: _Entry, reason: str) -> _Entry:

@@ -147,7 +147,8 @@ class MemorySweepLock(SweepLock):
 
     @property
     def _name(self) -> str:
-        return self.store.url or f"{type(self.store).__name__}@{id(self.store)}"
+        # Handles on one named memory store share its data: lock the data, not the handle.
+        return f"{type(self.store).__name__}@{id(getattr(self.store, '_data', self.store))}"
 
     def _take(self) -> Holder | None:
         with MemorySweepLock._guard:
@@ -198,7 +199,9 @@ class SQLSweepLock(SweepLock):
         table = self._table()
         with self.store._errors("take the sweep lock"):  # type: ignore[attr-defined]
             if self.postgres:
-                key = int(thread_key("durability-sweep-lock")[:15], 16)
+                schema = getattr(self.store, "options", None)
+                name = f"durability-sweep-lock:{getattr(schema, 'schema', None) or ''}"
+                key = int(thread_key(name)[:15], 16)  # one lock per schema of the database
                 session = self.engine.connect()
                 if not session.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar():
                     session.close()
