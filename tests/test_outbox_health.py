@@ -153,9 +153,7 @@ def test_sizes_read_back() -> None:
             parse_size(bad, name="--max-body")
 
 
-def test_the_ops_metrics_serve_replication_per_project(
-    store_url: str, plane: PlaneHandle
-) -> None:
+def test_the_ops_metrics_serve_replication_per_project(store_url: str, plane: PlaneHandle) -> None:
     """/metrics serves, per project, pending rows and bytes, the oldest pending row's age,
     quarantined rows and the last acknowledged batch: what to alert on."""
     import httpx
