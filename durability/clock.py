@@ -62,7 +62,13 @@ def as_utc(value: datetime) -> datetime:
             f"cannot use the naive datetime {value.isoformat()!r} as a time: "
             "give it a timezone (e.g. datetime(..., tzinfo=UTC))"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ConfigError(
+            f"cannot use the time {value.isoformat()!r}: it falls outside years 1 to 9999 once "
+            "converted to UTC; give a time within them"
+        ) from None
 
 
 def parse_aware(value: object) -> datetime | None:
@@ -73,7 +79,12 @@ def parse_aware(value: object) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return parsed.astimezone(UTC) if parsed.utcoffset() is not None else None
+    if parsed.utcoffset() is None:
+        return None
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # outside years 1-9999 once in UTC: not a time this library can hold
+        return None
 
 
 def to_micros(value: datetime) -> int:

@@ -26,11 +26,13 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │       ├── LeaseHeld                      another holder has a live lease
     │       └── LeaseLost                      the caller's lease expired or was taken
     ├── ReplicationError                       talking to the control plane
+    │   └── PlaneRoutingError (+RestoreError)  a thread's path did not reach the plane's handler
     ├── RestoreError
     ├── RunError                               the durable runner refused or failed an operation
     │   └── RunNotResumable                    a completed run, or nothing to resume from
     │       └── AlreadyResumed                 another worker resumed the run first
     ├── SweepError
+    │   └── SweepLocked                        another sweep of the same store is running
     └── NotebookError (RuntimeError)           a bundled notebook is missing or failed to execute
 """
 
@@ -138,6 +140,12 @@ class RestoreError(DurabilityError):
     """A restore from the plane was refused or failed."""
 
 
+class PlaneRoutingError(ReplicationError, RestoreError):
+    """A read of one thread was answered by a router or proxy in front of the plane, not by the
+    plane (a 404 that does not name the execution, a 414, a 431): whether the plane holds the
+    thread is unknown, so a restore fails rather than report "nothing on the plane"."""
+
+
 class RunError(DurabilityError):
     """The durable runner refused or failed an operation on a run."""
 
@@ -152,6 +160,10 @@ class AlreadyResumed(RunNotResumable):
 
 class SweepError(DurabilityError):
     """The checkpoint sweep failed; nothing after the failure point was deleted."""
+
+
+class SweepLocked(SweepError):
+    """Another sweep holds the store's sweep lock; the message names its holder and since when."""
 
 
 class NotebookError(DurabilityError, RuntimeError):

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durability.clock import as_utc
+from durability.errors import ConfigError
 
 # Statuses the runner and the plane know; stores accept any string.
 COMPLETED = "completed"
@@ -37,6 +38,17 @@ def _aware(obj: object, name: str) -> None:
     value = getattr(obj, name)
     if value is not None:
         object.__setattr__(obj, name, as_utc(value))
+
+
+def _int64(obj: object, *names: str) -> None:
+    """Refuse an integer field no store column can hold (they are signed 64-bit)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise ConfigError(
+                f"cannot use {type(obj).__name__}.{name}={value}: it does not fit in 64 bits, "
+                "which every store's column holds; keep it between -2**63 and 2**63 - 1"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +86,7 @@ class Checkpoint:
 
     def __post_init__(self) -> None:
         _aware(self, "created_at")
+        _int64(self, "step", "iteration")
 
     @property
     def is_run_end(self) -> bool:
@@ -101,6 +114,9 @@ class PendingWrite:
     value: Any = None
     namespace: str = ""
     task_path: str = ""
+
+    def __post_init__(self) -> None:
+        _int64(self, "idx")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

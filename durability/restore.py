@@ -393,6 +393,8 @@ def _plan(
         pages = None if latest is None else client.iter_history(thread_id)
         items = [] if latest is None else ([latest] if pages is None else list(pages) or [latest])
     except ReplicationError as exc:
+        if isinstance(exc, RestoreError):  # a path the plane's router could not route
+            raise
         raise RestoreError(
             f"cannot restore thread {thread_id[:80]!r}: {exc}"
             + (f"; {exc.hint}" if exc.hint else "")
@@ -405,8 +407,14 @@ def _plan(
         )
     rows = []
     notes: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
     for item in items:
         cp = checkpoint_from_wire(item, encoders=encoders)
+        if (cp.namespace, cp.checkpoint_id) in seen:
+            # One checkpoint the plane holds under two wire ids (sent before and after the
+            # plane announced how it keys rows): the first stored is the one kept.
+            continue
+        seen.add((cp.namespace, cp.checkpoint_id))
         if not is_durability_item(item):
             cp = cp.evolve(project_id=project_id)
         stripped = was_stripped(item)

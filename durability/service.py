@@ -6,7 +6,8 @@
 ``POST /api/checkpoints/sweep``              admin only (``Authorization: Bearer <token>``): run
                                              the sweep, or with ``{"dry_run": true}`` return its
                                              plan; ``{"now": "<ISO 8601>"}`` sweeps as of then
-``GET  /metrics``                            ``durability.metrics.render()`` as Prometheus text
+``GET  /metrics``                            the sweep's metrics and the store's outbox per
+                                             project (``durability.metrics``), Prometheus text
 ``POST /api/babelfish/checkpoints/prune``    410 Gone, naming ``POST /api/checkpoints/sweep``
 ===========================================  ====================================================
 
@@ -31,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from durability.asgi import BodyLimit
 from durability.clock import parse_aware
 from durability.errors import ConfigError, DurabilityError, StoreUnavailable
 
@@ -53,6 +56,9 @@ PRUNE_ROUTE = "/api/babelfish/checkpoints/prune"
 #: Shorter tokens are refused at start: an admin token that guards deletes must not be guessable.
 MIN_TOKEN_CHARS = 16
 BODY_FIELDS = ("dry_run", "now")
+BODY_HINT = '{"dry_run": true, "now": "<ISO 8601>"} at most'
+#: The largest request body the service reads: its one body is a few fields.
+MAX_BODY = 64 * 1024
 
 
 class _BadBody(Exception):
@@ -75,6 +81,14 @@ class OpsService:
         self.filters = filters
         self._token = _checked_token(admin_token)
         self._sweeping = threading.Lock()
+        self._replication: Any = None
+        if store.capabilities.replicates:
+            from prometheus_client import CollectorRegistry
+
+            from durability.metrics import OutboxCollector
+
+            self._replication = CollectorRegistry(auto_describe=False)
+            self._replication.register(OutboxCollector(store))
 
     def __repr__(self) -> str:
         return f"<OpsService {self.store!r} admin token set>"
@@ -154,10 +168,13 @@ class OpsService:
         return {"dry_run": False, **result.to_dict()}
 
     async def metrics(self, request: Request) -> Response:
-        """``GET /metrics``: the sweep's counters as Prometheus text (no auth: nothing secret)."""
+        """``GET /metrics``: the sweep's counters and, for a store that replicates, its outbox
+        per project, as Prometheus text (no auth: nothing secret; project ids are labels)."""
         from durability import metrics
 
-        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
+        extra = () if self._replication is None else (self._replication,)
+        body = await run_in_threadpool(metrics.render, *extra)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
 
     async def prune(self, request: Request) -> Response:
         """The removed flows-engine prune route: 410, naming what replaced it."""
@@ -275,7 +292,10 @@ def create_ops_app(
             Route(SWEEP_ROUTE, service.sweep, methods=["POST"]),
             Route("/metrics", service.metrics, methods=["GET"]),
             Route(PRUNE_ROUTE, service.prune, methods=["POST"]),
-        ]
+        ],
+        middleware=[
+            Middleware(BodyLimit, max_bytes=MAX_BODY, advice=f"the sweep takes {BODY_HINT}")
+        ],
     )
     app.state.ops = service
     return app

@@ -75,7 +75,7 @@ def parse_duration(text: str | timedelta, *, name: str = "duration") -> timedelt
         value = text
     elif not isinstance(text, str):
         raise ConfigError(
-            f"cannot read {name}={text!r}: a duration is text or a timedelta; "
+            f"cannot read {name}={str(text)[:80]!r}: a duration is text or a timedelta; "
             "write it like 30d, 12h, 1d12h, 90m or ISO 8601 (P30D, PT12H)"
         )
     else:
@@ -83,10 +83,16 @@ def parse_duration(text: str | timedelta, *, name: str = "duration") -> timedelt
         seconds = _parse_seconds(raw)
         if seconds is None:
             raise ConfigError(
-                f"cannot read {name}={text!r}: not a duration; "
+                f"cannot read {name}={text[:80]!r}: not a duration; "
                 "write it like 30d, 12h, 1d12h, 90m or ISO 8601 (P30D, PT12H)"
             )
-        value = timedelta(seconds=seconds)
+        try:
+            value = timedelta(seconds=seconds)
+        except OverflowError:
+            raise ConfigError(
+                f"cannot use {name}={text[:80]!r}: it is longer than any time this library "
+                "can hold (timedelta's 999999999 days); give a shorter duration"
+            ) from None
     if value <= timedelta(0):
         raise ConfigError(f"cannot use {name}={format_duration(value)}: it must be longer than 0")
     return value

@@ -42,7 +42,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from durability.clock import as_utc, to_micros
-from durability.errors import ConfigError, SweepError
+from durability.errors import ConfigError, SweepError, SweepLocked
 from durability.model import Deleted, ThreadRecord
 from durability.settings import Retention, Settings, format_duration, waiting_horizon
 from durability.stores.base import Store
@@ -751,15 +751,23 @@ def sweep(
     when there is more than one batch. Raises :class:`SweepError` when a filter fails (nothing
     is deleted) or a thread still receives writes after :data:`MAX_ROUNDS` delete rounds, and
     :class:`~durability.errors.CheckpointDeleteError` from the Redis store's own rule.
+
+    One sweep per store at a time: it holds the store's sweep lock throughout, and raises
+    :class:`~durability.errors.SweepLocked` (naming the other sweep's host, process and start)
+    when another sweep holds it. The result and the metrics count a thread as deleted only
+    when this sweep's delete removed its rows (or it held no checkpoint to remove).
     """
     from durability import metrics
-
     if batch_size < 1:
         raise ConfigError(f"cannot sweep: batch_size={batch_size} must be at least 1")
     try:
-        plan = plan_sweep(store, settings, now, filters=filters)
-        spared = _spare(plan)
-        deleted, rounds = _apply(store, plan, progress=progress, batch_size=batch_size)
+        with store.scans.sweep_lock().held():
+            plan = plan_sweep(store, settings, now, filters=filters)
+            spared = _spare(plan)
+            deleted, rounds = _apply(store, plan, progress=progress, batch_size=batch_size)
+    except SweepLocked:
+        metrics.SWEEP_RUNS.labels(outcome="refused").inc()
+        raise
     except BaseException:
         metrics.SWEEP_RUNS.labels(outcome="failure").inc()
         raise
@@ -826,6 +834,14 @@ def _apply(
     work: dict[str, list[str]] = {
         h: plan._values("thread_id", plan._where("delete", h)) for h in HORIZONS
     }
+    # A thread the plan saw empty (a ledger record alone) is this sweep's to count; one whose
+    # rows another deleter removed first (nothing left for this sweep) is not.
+    held_none = {
+        t
+        for h in HORIZONS
+        for t, n in zip(work[h], plan._values("checkpoints", plan._where("delete", h)), strict=True)
+        if not n
+    }
     total = sum(len(ids) for ids in work.values())
     deleted: dict[str, tuple[DeletedThread, ...]] = {}
     most_rounds = 0
@@ -839,15 +855,18 @@ def _apply(
                 batch = order[start : start + batch_size]
                 removed, rounds = _delete_until_empty(store, batch)
                 most_rounds = max(most_rounds, rounds)
-                metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(batch))
+                mine = {t: d for t, d in removed.items() if _removed_any(d) or t in held_none}
+                metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(mine))
                 metrics.SWEEP_DELETED_CHECKPOINTS.labels(horizon=horizon).inc(
-                    sum(d.checkpoints for d in removed.values())
+                    sum(d.checkpoints for d in mine.values())
                 )
-                done.update(removed)
+                done.update(mine)
                 bar.update(len(batch))
             # Reported in the plan's order, whatever order the store deleted in.
             deleted[horizon] = tuple(
-                DeletedThread(t, horizon, done[t].checkpoints, done[t].writes) for t in ids
+                DeletedThread(t, horizon, done[t].checkpoints, done[t].writes)
+                for t in ids
+                if t in done
             )
     return deleted, most_rounds
 

@@ -26,15 +26,18 @@ from typing import Any
 import httpx
 import pytest
 
-from durability.plane import PlaneStorage, create_app, serve_in_thread
+from durability.plane import PlaneCaps, PlaneStorage, create_app, serve_in_thread
 from durability.plane.app import Plane
 from durability.replication import Backoff, PlaneLimits
+from durability.replication.wire import store_ids
 
 INGEST = "/public/v1/checkpoints/ingest"
 READS = "/public/v1/checkpoints/"
 
 #: Limits that disable the client's own cap checks, so the plane's refusals are what gets tested.
-NO_LOCAL_CAPS = PlaneLimits(state_bytes=10**12, step_type_chars=10**9, agent_id_chars=10**9)
+NO_LOCAL_CAPS = PlaneLimits(
+    state_bytes=10**12, step_type_chars=10**9, agent_id_chars=10**9, body_bytes=10**12
+)
 
 
 class FaultLayer:
@@ -236,12 +239,13 @@ class PlaneHandle:
         return tenant
 
     def ids_on_plane(self, execution_id: str, key: str | None = None) -> list[str]:
-        """The checkpoint ids the plane holds for an execution, oldest first."""
+        """The checkpoint ids the plane holds for an execution, oldest first, as a restore reads
+        them (a row sent under a derived wire id has its own id back)."""
         items, cursor = self.storage.history(
             self.tenant(key), execution_id, limit=1000, cursor=None
         )
         assert cursor is None
-        return [i["checkpoint_id"] for i in items]
+        return [store_ids(i)[0] for i in items]
 
 
 @dataclass
@@ -281,6 +285,7 @@ def plane(served_plane: _Served) -> Iterator[PlaneHandle]:
     served_plane.faults.reset()
     served_plane.plane.compat = False
     served_plane.plane.history = True
+    served_plane.plane.caps = PlaneCaps()
     for client in handle.clients:
         client.close()
 

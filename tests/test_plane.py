@@ -87,6 +87,7 @@ def test_keys_are_stored_hashed_and_scoped(plane: PlaneHandle, tmp_path: Path) -
         "state_bytes": 1_048_576,
         "step_type_chars": 40,
         "agent_id_chars": 255,
+        "body_bytes": 64 * 1024 * 1024,
     }
     assert get(plane, "/public/v1/auth/check", key="dpk_wrong").status_code == 401
     assert get(plane, "/public/v1/auth/check", key="").status_code == 401
@@ -105,7 +106,8 @@ def test_ingest_needs_the_entitlement(plane: PlaneHandle) -> None:
 
 
 def test_ingest_is_insert_only_and_idempotent(plane: PlaneHandle) -> None:
-    """A re-sent id is not stored again (ingested 0) and never updates; an id of another execution is refused."""
+    """A re-sent row is not stored again (ingested 0) and never updates; the same id in another
+    execution is another row (rows are keyed per execution, as the stores key them)."""
     first = post(plane, [item("c1"), item("c2"), item("c1")])
     assert first.status_code == 201
     assert first.json() == {
@@ -120,13 +122,9 @@ def test_ingest_is_insert_only_and_idempotent(plane: PlaneHandle) -> None:
         {"k": "c1"},
         {"k": "c2"},
     )
-    clash = post(plane, [item("c1", execution_id="e-other")]).json()
-    assert clash["rejections"] == [
-        {
-            "checkpoint_id": "c1",
-            "reason": "checkpoint_id is already stored for another execution; checkpoint ids must be unique per project",
-        }
-    ]
+    other = post(plane, [item("c1", execution_id="e-other")]).json()
+    assert other == {"ingested": 1, "rejected": 0, "rejections": []}
+    assert plane.ids_on_plane("e-other") == ["c1"]
 
 
 def test_caps_are_per_item_rejections(plane: PlaneHandle) -> None:
@@ -159,7 +157,8 @@ def test_compat_mode_refuses_the_whole_batch_naming_the_offender(plane: PlaneHan
     big = post(plane, [item("a"), item("big", state_snapshot={"x": "y" * 1_100_000})])
     assert big.status_code == 413
     assert big.json()["checkpoint_id"] == "big"
-    assert big.json()["detail"].startswith("checkpoint big: state_snapshot is ")
+    assert big.json()["execution_id"] == "e-1"
+    assert big.json()["detail"].startswith("checkpoint big of execution e-1: state_snapshot is ")
     long = post(plane, [item("a"), item("long", step_type="s" * 41)])
     assert long.status_code == 422
     assert long.json()["checkpoint_id"] == "long"
@@ -313,8 +312,8 @@ def test_postgres_storage(plane: PlaneHandle) -> None:
         from durability.plane.app import Plane
 
         rows = [Plane(storage).validate(item(f"p{n}", "pg-run")) for n in range(3)]
-        assert storage.insert(tenant, rows) == (3, {})
-        assert storage.insert(tenant, rows) == (0, {})
+        assert storage.insert(tenant, rows) == (3, [])
+        assert storage.insert(tenant, rows) == (0, [])
         latest = storage.latest(tenant, "pg-run")
         assert latest is not None
         assert latest["checkpoint_id"] in {"p0", "p1", "p2"}

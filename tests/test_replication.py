@@ -36,7 +36,7 @@ from durability.replication import (
     outbox_status,
     was_stripped,
 )
-from durability.replication.wire import to_wire
+from durability.replication.wire import store_ids, to_wire, wire_checkpoint_id
 from durability.runs import AgentNode, Flow, Runner
 from durability.stores.base import Store
 from durability.stores.memory import MemoryStore
@@ -600,22 +600,25 @@ def test_a_blind_refusal_posts_one_half_per_level(
 def test_a_409_for_an_id_stored_for_another_execution_quarantines_that_row(
     store: Store, plane: PlaneHandle
 ) -> None:
-    """The plane (compat mode) answers 409 to a checkpoint id it holds for another execution; that
-    row alone is quarantined with the plane's reason, and its batch-mates land."""
+    """The plane (compat mode: checkpoint ids unique per tenant) answers 409 to a checkpoint id
+    another execution holds, naming the id and the execution; that row alone is quarantined with
+    the plane's reason, and its batch-mates (one sharing its id in another thread too) land."""
     plane.plane.compat = True
     conn = link(store, plane, background=False)
+    squatted = wire_checkpoint_id("t-second", "", "shared-id")
+    squatter = {"checkpoint_id": squatted, "execution_id": "t-squatter", "state_snapshot": {}}
+    assert plane.storage.insert(plane.tenant(), [plane.plane.validate(squatter)])[0] == 1
     store.put(Checkpoint(thread_id="t-first", checkpoint_id="shared-id", node_id="a"))
-    assert drain_once(conn).synced == 1
     for n in range(6):
         store.put(cp("t-second", n))
     store.put(Checkpoint(thread_id="t-second", checkpoint_id="shared-id", node_id="b"))
     store.put(cp("t-second", 6))
     report = drain_once(conn)
-    assert (report.synced, report.quarantined) == (7, 1)
+    assert (report.synced, report.quarantined) == (8, 1)
     [entry] = store.outbox(state="quarantined")
     assert (entry.thread_id, entry.checkpoint_id) == ("t-second", "shared-id")
     assert (entry.sync_error or "").startswith("HTTP 409 from /checkpoints/ingest: ")
-    assert "already stored for another execution" in (entry.sync_error or "")
+    assert "already stored for execution 't-squatter'" in (entry.sync_error or "")
     assert plane.ids_on_plane("t-second") == [f"t-second-{n}" for n in range(7)]
     assert plane.ids_on_plane("t-first") == ["shared-id"]
 
@@ -742,7 +745,7 @@ def test_a_run_end_refused_for_size_is_followed_by_a_stripped_run_end(
         latest = client.latest("t-end")
         runs = client.runs()
     assert latest is not None
-    assert latest["checkpoint_id"] == "t-end-1"
+    assert store_ids(latest)[0] == "t-end-1"
     assert latest["step_type"] == "run_end"
     assert latest["state_snapshot"] == {"run_status": "completed"}
     assert was_stripped(latest) == reason

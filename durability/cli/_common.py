@@ -20,6 +20,35 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 url_argument = click.argument("url", envvar="DURABILITY_URL", metavar="URL")
 
 
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """A duration option: seconds (``30``, ``0.5``) or a duration (``30s``, ``5m``, ``PT1M``);
+    the value is in seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        from durability.settings import parse_duration
+
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            text = str(value).strip()
+            try:
+                seconds = float(text)
+            except ValueError:
+                try:
+                    seconds = parse_duration(
+                        text, name=param.name if param else "duration"
+                    ).total_seconds()
+                except DurabilityError as exc:
+                    self.fail(str(exc), param, ctx)
+        if not 0 <= seconds < float("inf"):
+            self.fail(f"{value!r} must be 0 or more seconds", param, ctx)
+        return seconds
+
+
 @contextmanager
 def friendly_errors() -> Iterator[None]:
     """Show a durability error as one line on stderr and exit 1, instead of a traceback."""
@@ -74,9 +103,9 @@ def cell(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows as an aligned text table."""
-    cells = [[cell(v) for v in row] for row in rows]
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> None:
+    """Print rows as an aligned text table (cells cut at ``width`` characters)."""
+    cells = [[cell(v, width) for v in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     click.echo(line.rstrip())

@@ -4,6 +4,7 @@ an abandoned plane, and re-queueing refused rows."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +17,10 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.humanize import format_age, format_bytes
+
+if TYPE_CHECKING:
+    from durability.replication.outbox import ProjectOutbox
 
 
 def register(cli: click.Group) -> None:
@@ -32,9 +37,11 @@ def outbox() -> None:
 @url_argument
 @json_option
 def status(url: str, as_json: bool) -> None:
-    """Pending, synced and quarantined rows per project, the oldest pending row's age, the plane
-    each project replicates to, and whether it is connected ("disconnected": its rows wait for
-    the next connect; "no connection": never connected, or forgotten)."""
+    """Pending (and their size), synced and quarantined rows per project, the oldest pending
+    row's age, the plane each project replicates to, and its connection: "connected" with how
+    long ago its drain was last seen (no drain for minutes: the process that connected has
+    gone, and its record was left open), "disconnected" (its rows wait for the next connect) or
+    "no connection" (never connected, or forgotten). --json keeps numbers (bytes, seconds)."""
     from durability.replication.outbox import outbox_status, supports_outbox
 
     with friendly_errors(), open_store(url) as store:
@@ -45,36 +52,17 @@ def status(url: str, as_json: bool) -> None:
         rows = outbox_status(store)
         replicates = store.replicates
         now = store.clock()
-    ages = {
-        r.project_id: (now - r.oldest_pending_at).total_seconds() if r.oldest_pending_at else None
-        for r in rows
-    }
     if as_json:
-        print_json(
-            [
-                {
-                    "project_id": r.project_id,
-                    "pending": r.pending,
-                    "synced": r.synced,
-                    "quarantined": r.quarantined,
-                    "oldest_pending_at": r.oldest_pending_at,
-                    "oldest_pending_age_seconds": ages[r.project_id],
-                    "connected_to": r.connected_to,
-                    "connection": r.connection,
-                    "disconnected_at": r.disconnected_at,
-                }
-                for r in rows
-            ]
-        )
+        print_json([_row_json(r, now) for r in rows])
         return
     print_table(
         [
             "project",
             "pending",
+            "size",
             "synced",
             "quarantined",
             "oldest pending",
-            "age (s)",
             "plane",
             "connection",
         ],
@@ -82,15 +70,16 @@ def status(url: str, as_json: bool) -> None:
             (
                 r.project_id or "(none)",
                 r.pending,
+                format_bytes(r.pending_bytes),
                 r.synced,
                 r.quarantined,
-                r.oldest_pending_at,
-                None if ages[r.project_id] is None else round(ages[r.project_id] or 0.0, 1),
+                None if r.oldest_pending_at is None else format_age(now - r.oldest_pending_at),
                 r.connected_to,
-                _connection_cell(r.connection, r.disconnected_at),
+                _connection_cell(r, now),
             )
             for r in rows
         ],
+        width=120,
     )
     unsent = sum(r.pending + r.quarantined for r in rows)
     if not unsent:
@@ -110,12 +99,38 @@ def status(url: str, as_json: bool) -> None:
         )
 
 
-def _connection_cell(connection: str, disconnected_at: datetime | None) -> str:
-    if connection == "none":
+def _seconds(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else (now - then).total_seconds()
+
+
+def _row_json(r: ProjectOutbox, now: datetime) -> dict[str, Any]:
+    return {
+        "project_id": r.project_id,
+        "pending": r.pending,
+        "pending_bytes": r.pending_bytes,
+        "synced": r.synced,
+        "quarantined": r.quarantined,
+        "oldest_pending_at": r.oldest_pending_at,
+        "oldest_pending_age_seconds": _seconds(now, r.oldest_pending_at),
+        "connected_to": r.connected_to,
+        "connection": r.connection,
+        "disconnected_at": r.disconnected_at,
+        "drain": r.drain(now),
+        "drain_seen_at": r.seen_at,
+        "drain_seen_age_seconds": _seconds(now, r.seen_at),
+        "last_acked_at": r.acked_at,
+    }
+
+
+def _connection_cell(r: ProjectOutbox, now: datetime) -> str:
+    if r.connection == "none":
         return "no connection"
-    if disconnected_at is None:
-        return connection
-    return f"{connection} {cell(disconnected_at)}"
+    if r.connection == "disconnected" and r.disconnected_at is not None:
+        return f"disconnected {cell(r.disconnected_at)} ({format_age(now - r.disconnected_at)} ago)"
+    seen = "ever" if r.seen_at is None else format_age(now - r.seen_at)
+    if r.drain(now) == "live":
+        return f"connected, drain seen {seen} ago"
+    return f"connected, but no drain since {seen}: the process that connected has gone"
 
 
 @outbox.command("forget")

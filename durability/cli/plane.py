@@ -40,15 +40,27 @@ def plane() -> None:
     is_flag=True,
     help="Serve no history (404 on the history path), as a plain fastaiagent plane does.",
 )
-def serve(db_url: str, host: str, port: int, compat: bool, latest_only: bool) -> None:
+@click.option(
+    "--max-body",
+    default="64MiB",
+    show_default=True,
+    metavar="SIZE",
+    help="The largest request body read (bytes, or 512KiB, 64MiB…); larger ones get 413 "
+    "while they stream in, before they are held in memory.",
+)
+def serve(
+    db_url: str, host: str, port: int, compat: bool, latest_only: bool, max_body: str
+) -> None:
     """Serve the plane (ingest, latest, history, run health, the SDK's connect-time endpoints)."""
     import uvicorn
 
-    from durability.plane import create_app
+    from durability.humanize import parse_size
+    from durability.plane import PlaneCaps, create_app
     from durability.plane.server import server_config
 
     with friendly_errors():
-        app = create_app(db_url, compat=compat, history=not latest_only)
+        caps = PlaneCaps(body_bytes=parse_size(max_body, name="--max-body"))
+        app = create_app(db_url, compat=compat, history=not latest_only, caps=caps)
     click.echo(
         f"plane on http://{host}:{port} over {app.state.plane.storage!r}"
         + (" (compat mode)" if compat else "")

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from durability.cli._common import (
+    Duration,
     friendly_errors,
     json_option,
     open_store,
@@ -149,10 +150,10 @@ def _time_left(value: Any) -> Any:
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
+    type=Duration(),
+    default="30s",
     show_default=True,
-    metavar="SECONDS",
+    metavar="DURATION",
     help="With a plane: how long to wait for the resumed run's checkpoints to be sent.",
 )
 @plane_options(required=False)

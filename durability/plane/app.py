@@ -15,16 +15,24 @@ Endpoints (every one authenticated by ``X-API-Key``, scoped to the key's domain 
 ``GET  /public/v1/runs``                                   fleet run health, paged
 =========================================================  ============================================
 
-Ingest answers 201 ``{ingested, rejected, rejections}``: items over a cap are refused one by one
-with the reason (``state_snapshot is N bytes, over the 1048576-byte cap``). In compatibility mode
-(``compat=True``) the plane behaves as older planes do and refuses the whole batch instead, 413
-for size and 422 for a column cap, naming the first offender (``checkpoint_id`` in the body).
+Ingest answers 201 ``{ingested, rejected, rejections}``: an item the plane will not store (over
+a cap, a malformed field, a time it cannot read) is refused on its own, each rejection naming the
+item's ``checkpoint_id``, ``execution_id`` and ``namespace`` with the reason (``state_snapshot is
+N bytes, over the 1048576-byte cap``). Rows are keyed as the stores key them (execution,
+namespace, checkpoint id), and ``auth/check`` announces it (``features.checkpoint_key``), so a
+client sends its own ids. In compatibility mode (``compat=True``) the plane behaves as older
+planes do: it keeps checkpoint ids unique per tenant and announces nothing, and it refuses the
+whole batch instead of one item, 413 for size, 422 for a field and 409 for an id another
+execution holds, naming the first offender (``checkpoint_id`` and ``execution_id`` in the body).
 With ``history=False`` the plane serves only ``…/latest`` and answers 404 on the history path,
 as a plain fastaiagent plane does (a client then falls back to latest).
 
+Every body is read under a cap as it streams in (:class:`~durability.asgi.BodyLimit`: 413 past
+it), and nothing a client sends gets a 5xx: a value the plane cannot store is refused by name.
 Execution ids are read from the raw request path and percent-decoded segment by segment, so an id
-holding ``/``, ``?``, ``#`` or ``..`` addresses exactly that execution. The plane never runs agent
-code: it stores and serves JSON.
+holding ``/``, ``?``, ``#``, ``..`` or a newline addresses exactly that execution; "no checkpoint"
+answers echo the execution id they looked up, so a client can tell them from a router's 404. The
+plane never runs agent code: it stores and serves JSON.
 """
 
 from __future__ import annotations
@@ -35,18 +43,27 @@ from urllib.parse import unquote
 
 import orjson
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from durability._version import __version__
+from durability.asgi import BodyLimit
 from durability.errors import ConfigError
-from durability.plane.storage import PlaneStorage, Row, Tenant, order_micros
+from durability.plane.schema import namespace_of
+from durability.plane.storage import Conflict, PlaneStorage, Row, Tenant, order_micros
+from durability.replication.wire import ROW_KEY
 
 RESOURCE_TYPES = frozenset({"agent", "chain", "swarm", "supervisor"})
 STATUSES = frozenset({"completed", "interrupted", "failed"})
 SCOPES = ["checkpoint:write", "checkpoint:read", "agent:write"]
 ENTITLEMENT = "connected_state_plane"
+#: The item fields held as text columns (a NUL in one is refused: Postgres text cannot hold it).
+_TEXT_FIELDS = ("checkpoint_id", "execution_id", "agent_id", "chain_id", "node_id")
+#: Page cursors longer than this are not ones the plane issued.
+_CURSOR_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +85,7 @@ class PlaneCaps:
             "state_bytes": self.state_bytes,
             "step_type_chars": self.step_type_chars,
             "agent_id_chars": self.agent_id_chars,
+            "body_bytes": self.body_bytes,
         }
 
 
@@ -78,10 +96,6 @@ class _Refusal(Exception):
         super().__init__(reason)
         self.reason = reason
         self.status = status
-
-
-class _BadRequest(Exception):
-    pass
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -117,6 +131,12 @@ class Plane:
         tenant = self.tenant(request)
         if tenant is None:
             return _error(401, "invalid or revoked API key")
+        features: dict[str, Any] = {
+            "checkpoint_history": self.history,
+            "per_item_rejections": not self.compat,
+        }
+        if not self.compat:
+            features["checkpoint_key"] = list(ROW_KEY)  # a client then sends its own ids
         return _json(
             {
                 "domain_id": tenant.domain_id,
@@ -125,10 +145,7 @@ class Plane:
                 "key_id": tenant.key_id,
                 "entitlements": {ENTITLEMENT: tenant.entitled},
                 "limits": self.caps.announced(),
-                "features": {
-                    "checkpoint_history": self.history,
-                    "per_item_rejections": not self.compat,
-                },
+                "features": features,
                 "plane": f"durability/{__version__}",
             }
         )
@@ -143,12 +160,12 @@ class Plane:
     async def enroll(self, request: Request) -> Response:
         if self.tenant(request) is None:
             return _error(401, "invalid or revoked API key")
-        body = await _body(request)
-        fail_mode = body.get("fail_mode") if isinstance(body, dict) else None
+        body = await _object_body(request)
+        fail_mode = body.get("fail_mode")
         return _json(
             {
-                "instance_id": str((body or {}).get("instance_id") or ""),
-                "fail_mode": fail_mode or "open",
+                "instance_id": _text(body.get("instance_id"))[:255],
+                "fail_mode": fail_mode if fail_mode in ("open", "closed") else "open",
             }
         )
 
@@ -156,11 +173,12 @@ class Plane:
         tenant = self.tenant(request)
         if tenant is None:
             return _error(401, "invalid or revoked API key")
-        body = await _body(request)
-        name = body.get("name") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name or len(name) > self.caps.agent_id_chars:
+        body = await _object_body(request)
+        name = body.get("name")
+        limit = self.caps.agent_id_chars
+        if not isinstance(name, str) or not name or len(name) > limit or "\x00" in name:
             return _error(
-                422, f"an agent needs a name of 1 to {self.caps.agent_id_chars} characters"
+                422, f"an agent needs a name of 1 to {limit} characters, without NUL (a string)"
             )
         return _json(self.storage.upsert_agent(tenant, name, body), 201)
 
@@ -172,40 +190,33 @@ class Plane:
             return _error(401, "invalid or revoked API key")
         if not tenant.entitled:
             return _error(403, f"the domain {tenant.domain_id!r} is not entitled to {ENTITLEMENT}")
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.caps.body_bytes:
-            return _error(
-                413,
-                f"the request body is {declared} bytes, over the {self.caps.body_bytes}-byte limit",
-            )
         try:
             payload = orjson.loads(await request.body())
-            items = payload.get("checkpoints") if isinstance(payload, dict) else None
-            if not isinstance(items, list):
-                raise _BadRequest('the body must be {"checkpoints": [item, …]}')
-            rows: list[Row] = []
-            rejections: list[dict[str, str]] = []
-            for item in items:
-                checkpoint_id = _ids(item)
-                try:
-                    rows.append(self.validate(item))
-                except _Refusal as refusal:
-                    if self.compat:
-                        return _error(
-                            refusal.status,
-                            f"checkpoint {checkpoint_id}: {refusal.reason}",
-                            checkpoint_id=checkpoint_id,
-                        )
-                    rejections.append({"checkpoint_id": checkpoint_id, "reason": refusal.reason})
         except orjson.JSONDecodeError:
             return _error(400, "the body is not JSON")
-        except _BadRequest as exc:
-            return _error(422, str(exc))
-        stored, conflicts = self.storage.insert(tenant, rows)
+        items = payload.get("checkpoints") if isinstance(payload, dict) else None
+        if not isinstance(items, list):
+            return _error(422, 'the body must be {"checkpoints": [item, …]}')
+        rows: list[Row] = []
+        rejections: list[dict[str, str]] = []
+        for item in items:
+            named = _named(item)
+            if named is None:
+                return _error(
+                    422,
+                    "every checkpoint must be an object with a non-empty checkpoint_id and "
+                    "execution_id (strings)",
+                )
+            try:
+                rows.append(self.validate(item))
+            except _Refusal as refusal:
+                if self.compat:
+                    return _refused(refusal.status, named, refusal.reason)
+                rejections.append({**named, "reason": refusal.reason})
+        stored, conflicts = self.storage.insert(tenant, rows, unique_ids=self.compat)
         if conflicts and self.compat:
-            checkpoint_id, reason = next(iter(conflicts.items()))
-            return _error(409, f"checkpoint {checkpoint_id}: {reason}", checkpoint_id=checkpoint_id)
-        rejections += [{"checkpoint_id": cid, "reason": why} for cid, why in conflicts.items()]
+            return _refused(409, _conflict_names(conflicts[0]), conflicts[0].reason)
+        rejections += [{**_conflict_names(c), "reason": c.reason} for c in conflicts]
         return _json(
             {"ingested": stored, "rejected": len(rejections), "rejections": rejections}, 201
         )
@@ -246,14 +257,20 @@ class Plane:
                     f"{name} is {len(value)} characters, over the {limit}-character limit", 422
                 )
             texts[name] = value
+        for name in (*_TEXT_FIELDS, "step_type", "parent_checkpoint_id", "created_at"):
+            value = item.get(name)
+            if isinstance(value, str) and "\x00" in value:
+                raise _Refusal(
+                    f"{name} contains a NUL character, which the plane cannot store", 422
+                )
         resource_type = item.get("resource_type") or "chain"
-        if resource_type not in RESOURCE_TYPES:
+        if not isinstance(resource_type, str) or resource_type not in RESOURCE_TYPES:
             raise _Refusal(
                 f"resource_type {str(resource_type)[:40]!r} is not one of {', '.join(sorted(RESOURCE_TYPES))}",
                 422,
             )
         status = item.get("status") or "completed"
-        if status not in STATUSES:
+        if not isinstance(status, str) or status not in STATUSES:
             raise _Refusal(
                 f"status {str(status)[:40]!r} is not one of {', '.join(sorted(STATUSES))}", 422
             )
@@ -264,9 +281,18 @@ class Plane:
                 not isinstance(number, int) or isinstance(number, bool) or abs(number) >= 2**63
             ):
                 raise _Refusal(f"{name} must be an integer or null", 422)
+        try:
+            order_at = order_micros(texts["created_at"], None)
+        except ConfigError:  # a time that overflows once converted to UTC
+            raise _Refusal(
+                f"created_at {texts['created_at']!r} is outside the times the plane can order "
+                "(it overflows in UTC); send an ISO 8601 time between years 1 and 9999 UTC",
+                422,
+            ) from None
         return Row(
             item["checkpoint_id"],
             item["execution_id"],
+            namespace_of(metadata),
             {
                 "checkpoint_id": item["checkpoint_id"],
                 "execution_id": item["execution_id"],
@@ -281,7 +307,7 @@ class Plane:
                 "state_snapshot": state_text.decode(),
                 "metadata": orjson.dumps(metadata).decode(),
                 "created_at": texts["created_at"],
-                "order_at": order_micros(texts["created_at"], None),
+                "order_at": order_at,
                 "sequence": sequence,
             },
         )
@@ -296,24 +322,25 @@ class Plane:
         raw = request.scope.get("raw_path") or request.url.path.encode()
         raw_path = raw.decode("latin-1").split("?", 1)[0]
         segments = raw_path[len("/public/v1/checkpoints/") :].split("/")
+        execution_id = _segment(segments[0])
+        if execution_id is None:
+            return _error(404, "not found: the execution id is not valid percent-encoded UTF-8")
+        if "\x00" in execution_id:  # no row can hold it (a Postgres text cannot)
+            return _nothing_for(execution_id)
         if len(segments) == 2 and segments[1] == "latest":
-            latest = self.storage.latest(tenant, unquote(segments[0], errors="surrogatepass"))
+            latest = self.storage.latest(tenant, execution_id)
             if latest is None:
-                return _error(404, "no checkpoint for this execution")
+                return _nothing_for(execution_id)
             return _json(latest)
-        if len(segments) != 1 or not segments[0] or not self.history:
+        if len(segments) != 1 or not execution_id or not self.history:
             return _error(404, "not found")
         try:
-            limit = _limit(request)
             items, cursor = self.storage.history(
-                tenant,
-                unquote(segments[0], errors="surrogatepass"),
-                limit=limit,
-                cursor=request.query_params.get("cursor"),
+                tenant, execution_id, limit=_limit(request), cursor=_cursor(request)
             )
         except ConfigError as exc:
             return _error(422, str(exc))
-        return _json({"items": items, "next_cursor": cursor})
+        return _json({"items": items, "next_cursor": cursor, "execution_id": execution_id})
 
     async def runs(self, request: Request) -> Response:
         tenant = self.tenant(request)
@@ -321,41 +348,104 @@ class Plane:
             return _error(401, "invalid or revoked API key")
         try:
             items, cursor = self.storage.runs(
-                tenant, limit=_limit(request), cursor=request.query_params.get("cursor")
+                tenant, limit=_limit(request), cursor=_cursor(request)
             )
         except ConfigError as exc:
             return _error(422, str(exc))
         return _json({"items": items, "next_cursor": cursor})
 
 
-def _ids(item: Any) -> str:
+def _named(item: Any) -> dict[str, str] | None:
+    """How a rejection names an item (its ids and namespace); ``None`` for a malformed item."""
     if not isinstance(item, dict):
-        raise _BadRequest("every checkpoint must be an object")
+        return None
     checkpoint_id, execution_id = item.get("checkpoint_id"), item.get("execution_id")
-    if (
-        not isinstance(checkpoint_id, str)
-        or not checkpoint_id
-        or not isinstance(execution_id, str)
-        or not execution_id
-    ):
-        raise _BadRequest(
-            "every checkpoint needs a non-empty checkpoint_id and execution_id (strings)"
-        )
-    return checkpoint_id
+    if not (isinstance(checkpoint_id, str) and checkpoint_id):
+        return None
+    if not (isinstance(execution_id, str) and execution_id):
+        return None
+    return {
+        "checkpoint_id": checkpoint_id,
+        "execution_id": execution_id,
+        "namespace": namespace_of(item.get("metadata")),
+    }
 
 
-async def _body(request: Request) -> Any:
+def _conflict_names(conflict: Conflict) -> dict[str, str]:
+    return {
+        "checkpoint_id": conflict.checkpoint_id,
+        "execution_id": conflict.execution_id,
+        "namespace": conflict.namespace,
+    }
+
+
+def _refused(status: int, named: dict[str, str], reason: str) -> Response:
+    """A compatibility-mode refusal of the whole batch, naming its first offender."""
+    return _error(
+        status,
+        f"checkpoint {named['checkpoint_id'][:200]} of execution {named['execution_id'][:200]}: {reason}",
+        **named,
+    )
+
+
+def _nothing_for(execution_id: str) -> Response:
+    """The plane's own "no checkpoint" answer: it echoes the execution id it looked up, which a
+    router's 404 for a path it could not match never does."""
+    return _error(404, "no checkpoint for this execution", execution_id=execution_id)
+
+
+def _segment(raw: str) -> str | None:
+    """One percent-encoded path segment as text; ``None`` when it is not valid UTF-8."""
     try:
-        return orjson.loads(await request.body() or b"{}")
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+async def _object_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object; anything else (empty, not JSON, an array) as ``{}``."""
+    try:
+        body = orjson.loads(await request.body() or b"{}")
     except orjson.JSONDecodeError:
         return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _limit(request: Request) -> int:
     text = request.query_params.get("limit", "100")
-    if not text.isdigit() or not 1 <= int(text) <= 1000:
+    if not (text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= 1000):
         raise ConfigError(f"limit={text[:20]!r} must be an integer from 1 to 1000")
     return int(text)
+
+
+def _cursor(request: Request) -> str | None:
+    cursor = request.query_params.get("cursor")
+    if cursor is not None and (
+        len(cursor) > _CURSOR_CHARS or not cursor.isascii() or not cursor.isprintable()
+    ):
+        raise ConfigError(
+            f"cursor {cursor[:40]!r} is not one this plane issued; start from the first page"
+        )
+    return cursor
+
+
+class _AnyPath(Convertor[str]):
+    """Starlette's ``path`` convertor, newlines included (its ``.*`` stops at one)."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("durability_any", _AnyPath())
 
 
 def create_app(
@@ -377,10 +467,13 @@ def create_app(
         Route("/public/v1/governance/enroll", plane.enroll, methods=["POST"]),
         Route("/public/v1/sdk/agents", plane.register_agent, methods=["POST"]),
         Route("/public/v1/checkpoints/ingest", plane.ingest, methods=["POST"]),
-        Route("/public/v1/checkpoints/{rest:path}", plane.checkpoints, methods=["GET"]),
+        Route("/public/v1/checkpoints/{rest:durability_any}", plane.checkpoints, methods=["GET"]),
         Route("/public/v1/runs", plane.runs, methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    limit = Middleware(
+        BodyLimit, max_bytes=plane.caps.body_bytes, advice="send fewer checkpoints per request"
+    )
+    app = Starlette(routes=routes, middleware=[limit])
     app.state.plane = plane
     return app
 

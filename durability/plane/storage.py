@@ -5,10 +5,13 @@ planes scale out behind a load balancer. Every query names the tenant (domain an
 the key) in its key hashes and its ``WHERE`` clause, so one tenant can never read another's
 rows. Long ids are indexed through a SHA-256 hash (a 10 KB execution id works).
 
-Checkpoints are insert-only and idempotent by (domain, project, checkpoint id): a re-sent id is
-not stored again, and an id already stored for another execution is refused one by one rather
-than silently dropped. "Latest" is the last row by the client's ``created_at`` (a row without a
-readable one counts at its arrival), then arrival order.
+Checkpoints are insert-only and keyed as the stores key them: by tenant, execution, namespace
+(the extension object's, ``""`` without one) and checkpoint id, so two threads may both hold
+``step-1``. A re-sent row is not stored again (the first write wins). A plane that must keep
+checkpoint ids unique per tenant (``unique_ids``, compatibility mode) refuses an id another
+execution already holds, naming both; it never drops one silently. "Latest" is the last row by
+the client's ``created_at`` (a row without a readable one counts at its arrival), then arrival
+order. The schema evolves through :mod:`durability.plane.migrations`.
 """
 
 from __future__ import annotations
@@ -31,88 +34,19 @@ from sqlalchemy.engine import Connection as SAConnection
 from durability._util import chunks, redact_url
 from durability.clock import from_micros, system_clock, to_micros
 from durability.errors import ConfigError
-
-_BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-_HASH = sa.String(64)
-
-metadata = sa.MetaData()
-
-domains = sa.Table(
-    "plane_domains",
-    metadata,
-    sa.Column("domain_id", sa.String(255), primary_key=True),
-    sa.Column("connected_state_plane", sa.Boolean(create_constraint=False), nullable=False),
-    sa.Column("updated_at", sa.BigInteger, nullable=False),
+from durability.plane.migrations import migrate
+from durability.plane.schema import (
+    ROW_FIELDS,
+    agents,
+    api_keys,
+    checkpoint_key,
+    checkpoints,
+    domains,
+    execution_key,
+    id_key,
+    key_hash,
 )
-
-api_keys = sa.Table(
-    "plane_api_keys",
-    metadata,
-    sa.Column("key_hash", _HASH, primary_key=True),
-    sa.Column("key_id", sa.String(32), nullable=False, unique=True),
-    sa.Column("domain_id", sa.String(255), nullable=False),
-    sa.Column("project_id", sa.Text, nullable=False),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("revoked_at", sa.BigInteger),
-)
-
-agents = sa.Table(
-    "plane_agents",
-    metadata,
-    sa.Column("akey", _HASH, primary_key=True),
-    sa.Column("tenant", _HASH, nullable=False),
-    sa.Column("name", sa.Text, nullable=False),
-    sa.Column("agent_id", sa.String(36), nullable=False),
-    sa.Column("definition", sa.Text, nullable=False),
-    sa.Column("version", sa.Integer, nullable=False),
-    sa.Column("updated_at", sa.BigInteger, nullable=False),
-)
-
-checkpoints = sa.Table(
-    "plane_checkpoints",
-    metadata,
-    sa.Column("id", _BIGINT, primary_key=True, autoincrement=True),
-    sa.Column("tenant", _HASH, nullable=False),
-    sa.Column("ckey", _HASH, nullable=False, unique=True),
-    sa.Column("ekey", _HASH, nullable=False),
-    sa.Column("checkpoint_id", sa.Text, nullable=False),
-    sa.Column("execution_id", sa.Text, nullable=False),
-    sa.Column("resource_type", sa.String(16), nullable=False),
-    sa.Column("agent_id", sa.Text),
-    sa.Column("chain_id", sa.Text),
-    sa.Column("node_id", sa.Text, nullable=False),
-    sa.Column("step_index", sa.BigInteger),
-    sa.Column("step_type", sa.Text),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("parent_checkpoint_id", sa.Text),
-    sa.Column("state_snapshot", sa.Text, nullable=False),
-    sa.Column("metadata", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Text),
-    sa.Column("order_at", sa.BigInteger, nullable=False),
-    sa.Column("sequence", sa.BigInteger),
-    sa.Column("received_at", sa.BigInteger, nullable=False),
-    sqlite_autoincrement=True,
-)
-sa.Index(
-    "ix_plane_checkpoints_run",
-    checkpoints.c.tenant,
-    checkpoints.c.ekey,
-    checkpoints.c.order_at,
-    checkpoints.c.id,
-)
-
-
-#: The item fields of a :class:`Row`'s values stored as they are: every column but the row id,
-#: the key hashes and the two times the plane adds.
-_ROW_FIELDS = tuple(
-    c.name
-    for c in checkpoints.c
-    if c.name not in ("id", "tenant", "ckey", "ekey", "order_at", "received_at")
-)
-
-
-def _hash(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+from durability._util import chunks, redact_url
 
 
 def hash_key(api_key: str) -> str:
@@ -132,7 +66,7 @@ class Tenant:
     @property
     def key(self) -> str:
         """The hash every row of this tenant carries."""
-        return _hash(self.domain_id, self.project_id)
+        return key_hash(self.domain_id, self.project_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +81,29 @@ class NewKey:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One validated item, ready to insert."""
+    """One validated item, ready to insert; ``namespace`` is the extension object's."""
 
     checkpoint_id: str
     execution_id: str
+    namespace: str
     values: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """An item a plane keeping checkpoint ids unique refused: another execution holds its id."""
+
+    checkpoint_id: str
+    execution_id: str
+    namespace: str
+    holder: str
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"its checkpoint_id is already stored for execution {self.holder[:80]!r}; this "
+            "plane keeps checkpoint ids unique per project"
+        )
 
 
 def _now() -> int:
@@ -192,11 +144,10 @@ class PlaneStorage:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         else:
             self.engine = sa.create_engine(sa_url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-        with self.engine.begin() as conn:
-            metadata.create_all(conn)
+        migrate(self.engine)
         self._mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         quote = self.engine.dialect.identifier_preparer.quote
-        columns = ("tenant", "ckey", "ekey", *_ROW_FIELDS, "order_at", "received_at")
+        columns = ("tenant", "ckey", "ekey", "idkey", *ROW_FIELDS, "order_at", "received_at")
         self._insert_checkpoints = (
             f"INSERT INTO plane_checkpoints ({', '.join(quote(c) for c in columns)}) "  # noqa: S608
             f"VALUES ({', '.join([self._mark] * len(columns))}) ON CONFLICT (ckey) DO NOTHING"
@@ -293,7 +244,7 @@ class PlaneStorage:
 
     def upsert_agent(self, tenant: Tenant, name: str, definition: dict[str, Any]) -> dict[str, Any]:
         """Register (or update, by name within the tenant) an agent; returns its plane record."""
-        akey = _hash(tenant.key, name)
+        akey = key_hash(tenant.key, name)
         with self._tx() as conn:
             current = conn.execute(
                 sa.select(agents).where(agents.c.akey == akey, agents.c.tenant == tenant.key)
@@ -313,57 +264,92 @@ class PlaneStorage:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def insert(self, tenant: Tenant, rows: Sequence[Row]) -> tuple[int, dict[str, str]]:
-        """Insert new rows (idempotent); returns the count stored and ids refused as conflicts.
+    def insert(
+        self, tenant: Tenant, rows: Sequence[Row], *, unique_ids: bool = False
+    ) -> tuple[int, list[Conflict]]:
+        """Insert new rows; returns how many were stored and the items refused as conflicts.
+
+        A row already stored (same execution, namespace and checkpoint id), in this batch or
+        before, is a re-send: not stored again, not a conflict, whatever changed in it (an
+        ``agent_id`` resolved since, say). With ``unique_ids`` a checkpoint id another execution
+        (or namespace) holds is refused, in the batch or across batches.
 
         Both statements are driver SQL with parameter tuples: for a batch of 500 rows
         SQLAlchemy's per-parameter processing cost more than SQLite's own insert.
         """
         if not rows:
-            return 0, {}
+            return 0, []
         tenant_key = tenant.key
         by_key: dict[str, Row] = {}
         for row in rows:
-            by_key.setdefault(_hash(tenant_key, row.checkpoint_id), row)
-        conflicts: dict[str, str] = {}
+            key = checkpoint_key(tenant_key, row.execution_id, row.namespace, row.checkpoint_id)
+            by_key.setdefault(key, row)
+        conflicts: list[Conflict] = []
         with self._tx() as conn:
-            keys = list(by_key)
-            existing: dict[str, str] = {}
-            for chunk in chunks(keys):
-                marks = ", ".join([self._mark] * len(chunk))
-                query = f"SELECT ckey, execution_id FROM plane_checkpoints WHERE ckey IN ({marks})"  # noqa: S608
-                existing.update((r[0], r[1]) for r in conn.exec_driver_sql(query, tuple(chunk)))
-            fresh = []
+            stored = self._existing(conn, "ckey", "ckey", list(by_key))
+            fresh = {k: r for k, r in by_key.items() if k not in stored}
+            if unique_ids:
+                fresh = self._unique_ids(conn, tenant_key, fresh, conflicts)
             received = _now()
-            for ckey, row in by_key.items():
-                if ckey in existing:
-                    if existing[ckey] != row.execution_id:
-                        conflicts[row.checkpoint_id] = (
-                            "checkpoint_id is already stored for another execution; checkpoint ids must be unique per project"
-                        )
-                    continue
-                values = row.values
-                order_at = values["order_at"]
-                fresh.append(
+            values = []
+            for ckey, row in fresh.items():
+                order_at = row.values["order_at"]
+                values.append(
                     (
                         tenant_key,
                         ckey,
-                        _hash(tenant_key, row.execution_id),
-                        *[values[name] for name in _ROW_FIELDS],
+                        execution_key(tenant_key, row.execution_id),
+                        id_key(tenant_key, row.checkpoint_id),
+                        *[row.values[name] for name in ROW_FIELDS],
                         received if order_at is None else order_at,
                         received,
                     )
                 )
-            if fresh:
-                # Keys absent at the SELECT above; a concurrent plane inserting the same id
+            if values:
+                # Keys absent at the SELECT above; a concurrent plane inserting the same row
                 # meanwhile is absorbed by ON CONFLICT (and counted here, which is harmless).
-                conn.exec_driver_sql(self._insert_checkpoints, fresh)
-        return len(fresh), conflicts
+                conn.exec_driver_sql(self._insert_checkpoints, values)
+        return len(values), conflicts
+
+    def _existing(
+        self, conn: SAConnection, column: str, value: str, keys: list[str]
+    ) -> dict[str, Any]:
+        """``{column: value}`` of the stored rows whose ``column`` is one of ``keys``."""
+        found: dict[str, Any] = {}
+        for chunk in chunks(keys):
+            marks = ", ".join([self._mark] * len(chunk))
+            query = f"SELECT {column}, {value} FROM plane_checkpoints WHERE {column} IN ({marks})"  # noqa: S608
+            found.update((r[0], r[1]) for r in conn.exec_driver_sql(query, tuple(chunk)))
+        return found
+
+    def _unique_ids(
+        self,
+        conn: SAConnection,
+        tenant_key: str,
+        fresh: dict[str, Row],
+        conflicts: list[Conflict],
+    ) -> dict[str, Row]:
+        """The fresh rows whose checkpoint id no other execution holds (stored or earlier in
+        the batch); the others are listed in ``conflicts``."""
+        ids = {id_key(tenant_key, row.checkpoint_id) for row in fresh.values()}
+        holders: dict[str, str] = self._existing(conn, "idkey", "execution_id", list(ids))
+        kept = {}
+        for ckey, row in fresh.items():
+            ikey = id_key(tenant_key, row.checkpoint_id)
+            holder = holders.get(ikey)
+            if holder is None:
+                holders[ikey] = row.execution_id
+                kept[ckey] = row
+            else:
+                conflicts.append(
+                    Conflict(row.checkpoint_id, row.execution_id, row.namespace, holder)
+                )
+        return kept
 
     def _run_query(self, tenant: Tenant, execution_id: str) -> sa.Select[Any]:
         return sa.select(checkpoints).where(
             checkpoints.c.tenant == tenant.key,
-            checkpoints.c.ekey == _hash(tenant.key, execution_id),
+            checkpoints.c.ekey == execution_key(tenant.key, execution_id),
             checkpoints.c.execution_id == execution_id,
         )
 

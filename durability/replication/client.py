@@ -15,7 +15,7 @@ or ``..`` in an execution id never changes the path).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
@@ -24,7 +24,8 @@ import httpx
 import orjson
 
 from durability._version import __version__
-from durability.errors import ConfigError, ReplicationError
+from durability.errors import ConfigError, PlaneRoutingError, ReplicationError
+from durability.replication.wire import ItemRef
 
 logger = logging.getLogger("durability.replication")
 
@@ -47,11 +48,11 @@ Outcome = Literal["ok", "refused", "buffered"]
 class IngestAnswer:
     """What one ingest POST came to.
 
-    * ``ok``: a 2xx; ``rejections`` maps checkpoint ids the plane refused one by one to the
-      reason to record (``plane rejected: …``).
+    * ``ok``: a 2xx; ``rejections`` maps the items the plane refused one by one (their
+      :data:`~durability.replication.wire.ItemRef`) to the reason to record (``plane rejected: …``).
     * ``refused``: a payload refusal (400, 409, 413, 422) of the whole batch; ``reason`` is
-      ``HTTP <code> from /checkpoints/ingest: <detail>``; ``named`` holds the checkpoint ids the
-      plane's answer names as offenders (this project's plane names the first one).
+      ``HTTP <code> from /checkpoints/ingest: <detail>``; ``named`` holds the items the plane's
+      answer names as offenders (this project's plane names the first one).
     * ``buffered``: anything else (401, 403, 404, 408, 429, 3xx, 5xx, a transport error); the
       rows stay in the outbox. ``retry_after`` is the plane's ``Retry-After`` in seconds, if any.
     """
@@ -59,8 +60,8 @@ class IngestAnswer:
     outcome: Outcome
     status: int | None
     reason: str = ""
-    rejections: dict[str, str] = field(default_factory=dict)
-    named: tuple[str, ...] = ()
+    rejections: dict[ItemRef, str] = field(default_factory=dict)
+    named: tuple[ItemRef, ...] = ()
     retry_after: float | None = None
 
 
@@ -89,16 +90,78 @@ def path_segment(value: str) -> str:
     return quote(value, safe="").replace(".", "%2E")
 
 
-def classify_ingest(response: httpx.Response, batch_ids: set[str]) -> IngestAnswer:
-    """Classify the answer to an ingest POST (the one place ingest status codes are read)."""
+def classify_ingest(response: httpx.Response, batch: Collection[ItemRef]) -> IngestAnswer:
+    """Classify the answer to an ingest POST (the one place ingest status codes are read).
+
+    ``batch`` holds the items the request carried: a plane's naming of an item is matched
+    against them (by checkpoint id, and by execution id and namespace when the plane gives
+    them), and a name matching none is ignored (reference §6.20).
+    """
     code = response.status_code
     if 200 <= code < 300:
-        return IngestAnswer("ok", code, rejections=_rejections(response, batch_ids))
+        return IngestAnswer("ok", code, rejections=_rejections(response, _Refs(batch)))
     detail = (response.text or "").strip()[:REASON_MAX]
     reason = f"HTTP {code} from /checkpoints/ingest: {detail or '(no body)'}"[:REASON_MAX]
     if code in PAYLOAD_REFUSALS:
-        return IngestAnswer("refused", code, reason, named=_named(response, batch_ids))
+        return IngestAnswer("refused", code, reason, named=_named(response, _Refs(batch)))
     return IngestAnswer("buffered", code, reason, retry_after=_retry_after(response))
+
+
+class _Refs:
+    """A batch's items, found by how a plane names them."""
+
+    def __init__(self, batch: Collection[ItemRef]) -> None:
+        self.by_id: dict[str, list[ItemRef]] = {}
+        for ref in batch:
+            self.by_id.setdefault(ref[0], []).append(ref)
+
+    def matching(self, named: Any) -> list[ItemRef]:
+        """The items a plane's ``{checkpoint_id[, execution_id][, namespace]}`` names."""
+        if not isinstance(named, dict) or not isinstance(named.get("checkpoint_id"), str):
+            return []
+        execution_id, namespace = named.get("execution_id"), named.get("namespace")
+        return [
+            ref
+            for ref in self.by_id.get(named["checkpoint_id"], ())
+            if (not isinstance(execution_id, str) or ref[1] == execution_id)
+            and (not isinstance(namespace, str) or ref[2] == namespace)
+        ]
+
+
+#: Answers to a read of one thread that mean its path was not routed to the plane's handler
+#: (404 unless the plane itself said it holds nothing; see :func:`_says_nothing`).
+UNROUTED = frozenset({404, 414, 431})
+
+#: What to do when a thread's path does not reach the plane (a :class:`PlaneRoutingError`).
+ROUTING_FIX = (
+    "let every proxy and router in front of the plane pass percent-encoded path segments "
+    "unchanged and raise their request-line and header limits (uvicorn: "
+    "h11_max_incomplete_event_size; nginx: large_client_header_buffers), then restore again"
+)
+
+#: Longest id a plain 404 is trusted for: past it, a proxy's limits may be what answered.
+PLAIN_ID_CHARS = 1024
+
+
+def plainly_routable(thread_id: str) -> bool:
+    """Whether every router passes this id's path segment unchanged: printable ASCII without
+    ``/ \\ ? # %``, not a dot segment, at most :data:`PLAIN_ID_CHARS` characters."""
+    return (
+        len(thread_id) <= PLAIN_ID_CHARS
+        and thread_id.isascii()
+        and thread_id.isprintable()
+        and not any(c in thread_id for c in "/\\?#%")
+        and thread_id not in (".", "..")
+    )
+
+
+def _says_nothing(response: httpx.Response, thread_id: str) -> bool:
+    """Whether a 404 is the plane saying it holds nothing for ``thread_id``: it echoes that id,
+    or (a plane that echoes nothing) the id is one no router could have mangled."""
+    body = _json(response)
+    if isinstance(body, dict) and "execution_id" in body:
+        return bool(body["execution_id"] == thread_id)
+    return plainly_routable(thread_id)
 
 
 def _json(response: httpx.Response) -> Any:
@@ -108,30 +171,30 @@ def _json(response: httpx.Response) -> Any:
         return None
 
 
-def _rejections(response: httpx.Response, batch_ids: set[str]) -> dict[str, str]:
-    """Per-item refusals in a 2xx body; ids outside the batch are ignored (a plane answering
+def _rejections(response: httpx.Response, refs: _Refs) -> dict[ItemRef, str]:
+    """Per-item refusals in a 2xx body; names outside the batch are ignored (a plane answering
     about rows it was not sent must not quarantine them)."""
     body = _json(response)
-    out: dict[str, str] = {}
+    out: dict[ItemRef, str] = {}
     if not isinstance(body, dict) or not isinstance(body.get("rejections"), list):
         return out
     for item in body["rejections"]:
-        if isinstance(item, dict) and isinstance(item.get("checkpoint_id"), str):
-            checkpoint_id = item["checkpoint_id"]
-            if checkpoint_id in batch_ids:
-                why = str(item.get("reason") or "no reason given")
-                out[checkpoint_id] = f"plane rejected: {why}"[:REASON_MAX]
+        for ref in refs.matching(item):
+            why = str(item.get("reason") or "no reason given")
+            out[ref] = f"plane rejected: {why}"[:REASON_MAX]
     return out
 
 
-def _named(response: httpx.Response, batch_ids: set[str]) -> tuple[str, ...]:
+def _named(response: httpx.Response, refs: _Refs) -> tuple[ItemRef, ...]:
+    """The offenders a refusal names: ``checkpoint_id`` (with ``execution_id`` and ``namespace``
+    when given) or a ``checkpoint_ids`` list."""
     body = _json(response)
     if not isinstance(body, dict):
         return ()
     names = body.get("checkpoint_ids")
-    if not isinstance(names, list):
-        names = [body.get("checkpoint_id")]
-    return tuple(n for n in names if isinstance(n, str) and n in batch_ids)
+    if isinstance(names, list):
+        return tuple(ref for n in names for ref in refs.matching({"checkpoint_id": n}))
+    return tuple(refs.matching(body))
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -238,13 +301,13 @@ class PlaneClient:
 
     # ------------------------------------------------------------------ calls
 
-    def ingest(self, body: bytes, batch_ids: set[str]) -> IngestAnswer:
+    def ingest(self, body: bytes, batch: Collection[ItemRef]) -> IngestAnswer:
         """POST a prepared ``{"checkpoints": […]}`` body to the ingest door and classify the answer."""
         try:
             response = self._send("POST", INGEST_PATH, action="send checkpoints", content=body)
         except ReplicationError as exc:
             return IngestAnswer("buffered", None, f"transport error: {exc}"[:REASON_MAX])
-        return classify_ingest(response, batch_ids)
+        return classify_ingest(response, batch)
 
     def auth_check(self) -> dict[str, Any]:
         """``GET /public/v1/auth/check``: the key's domain, project, scopes and the plane's limits.
@@ -266,6 +329,21 @@ class PlaneClient:
                 f"cannot check the API key at {self.target}: HTTP {response.status_code}",
                 retryable=True,
             )
+        body = _json(response)
+        return body if isinstance(body, dict) else {}
+
+    def identify(self) -> dict[str, Any] | IngestAnswer:
+        """The auth check's answer, or, when there is none to be had, why, as a buffered
+        :class:`IngestAnswer` (what a drain records on the rows it could not send)."""
+        try:
+            response = self._send("GET", "/public/v1/auth/check", action="check the API key")
+        except ReplicationError as exc:
+            return IngestAnswer("buffered", None, f"transport error: {exc}"[:REASON_MAX])
+        code = response.status_code
+        if code != 200:
+            detail = (response.text or "").strip() or "(no body)"
+            reason = f"HTTP {code} from /auth/check: {detail}"[:REASON_MAX]
+            return IngestAnswer("buffered", code, reason, retry_after=_retry_after(response))
         body = _json(response)
         return body if isinstance(body, dict) else {}
 
@@ -291,14 +369,26 @@ class PlaneClient:
         return agent_id
 
     def latest(self, thread_id: str) -> dict[str, Any] | None:
-        """``GET /public/v1/checkpoints/{id}/latest``: the plane's latest item, or ``None`` (404)."""
+        """``GET /public/v1/checkpoints/{id}/latest``: the plane's latest item, or ``None`` when
+        the plane holds nothing for the thread.
+
+        A 404 means "nothing" only when it is the plane's own answer: one that names the
+        execution it looked up (this project's plane does), or a plain 404 for an id no router
+        mangles. Otherwise, and on a 414 or 431, a router or proxy could not route the id.
+
+        Raises:
+            PlaneRoutingError: the answer came from something in front of the plane that could
+                not route the id, so whether the plane holds the thread is unknown.
+        """
         response = self._send(
             "GET",
             f"/public/v1/checkpoints/{path_segment(thread_id)}/latest",
             action="read the latest checkpoint from the plane",
         )
-        if response.status_code == 404:
+        if response.status_code == 404 and _says_nothing(response, thread_id):
             return None
+        if response.status_code in UNROUTED:
+            raise self._unrouted(thread_id, response)
         body = self._checked(response, "read the latest checkpoint")
         if not isinstance(body, dict):
             raise ReplicationError(
@@ -325,6 +415,8 @@ class PlaneClient:
             action="read a thread's history from the plane",
             params=params,
         )
+        if response.status_code in UNROUTED - {404}:
+            raise self._unrouted(thread_id, response)
         if response.status_code == 404:
             return None
         body = self._checked(response, "read a thread's history")
@@ -368,6 +460,18 @@ class PlaneClient:
         response = self._send("GET", "/public/v1/runs", action="read run health", params=params)
         body = self._checked(response, "read run health")
         return body if isinstance(body, dict) else {}
+
+    def _unrouted(self, thread_id: str, response: httpx.Response) -> PlaneRoutingError:
+        detail = (response.text or "").strip()[:120] or "(no body)"
+        return PlaneRoutingError(
+            f"cannot tell whether the plane {self.target} holds thread {thread_id[:80]!r}: the "
+            f"path naming it got HTTP {response.status_code} {detail}, which is not the plane's "
+            "own answer (that names the execution it looked up), so a router or proxy in front "
+            "of it could not route the id (a newline, '/', '%', '..' or a long id are the usual "
+            f"causes); nothing was restored. Fix: {ROUTING_FIX}",
+            retryable=False,
+            hint=ROUTING_FIX,
+        )
 
     def _checked(self, response: httpx.Response, action: str) -> Any:
         if not response.is_success:

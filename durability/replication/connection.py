@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -38,7 +40,7 @@ from durability.replication.outbox import (
     drain_once,
     supports_outbox,
 )
-from durability.replication.wire import CLEAR, PayloadEncoder
+from durability.replication.wire import CLEAR, ROW_KEY, PayloadEncoder
 from durability.stores.base import Store
 
 logger = logging.getLogger("durability.replication")
@@ -46,6 +48,8 @@ logger = logging.getLogger("durability.replication")
 #: Default batch caps: rows per ingest request, and the stored bytes of those rows.
 BATCH_ROWS = 500
 BATCH_BYTES = 4 * 1024 * 1024
+#: Seconds between two heartbeats a drain writes into its connection record (one small write).
+HEARTBEAT_EVERY = 15.0
 
 
 def database_key(store: Store) -> str:
@@ -108,7 +112,8 @@ class Connection:
         self.backoff = backoff
         self.replicating = supports_outbox(store)
         self.active = False
-        self.plane_identity: dict[str, Any] = {}
+        #: The plane's auth-check answer; ``None`` until one was had (nothing is sent before).
+        self.plane_identity: dict[str, Any] | None = None
         self._agent_ids: dict[str, str] = {}
         self._lock = threading.Lock()
         self._in_use = threading.Lock()
@@ -116,6 +121,8 @@ class Connection:
         self._warned: set[int | None] = set()
         self.last_error: str | None = None
         self.retry_after: float | None = None
+        self._beat_at = float("-inf")
+        self._acked_at: datetime | None = None
 
     def __repr__(self) -> str:
         state = "active" if self.active else "closed"
@@ -142,18 +149,18 @@ class Connection:
             return self
         if verify:
             try:
-                self.plane_identity = self.client.auth_check()
+                self._learn(self.client.auth_check())
             except ReplicationError as exc:
                 if not exc.retryable:
                     self.client.close()
                     raise
                 logger.warning("%s; connected anyway, rows stay buffered until it answers", exc)
-            if not self._limits_given:
-                self.limits = PlaneLimits.announced(self.plane_identity.get("limits"))
+        else:
+            self._learn({})  # unverified: assume a plane that announces nothing
         _registry.attach(self)
         self.active = True
         self.store.record_connection(self.project_id, self.target)
-        _registry.wake(self)
+        _registry.kick(self)
         return self
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -174,6 +181,7 @@ class Connection:
         if not self.replicating:
             return finished
         _registry.detach(self)
+        self.beat(force=True)
         try:
             # Closed, not forgotten: the store still replicates, so the rows the plane lacks
             # wait for the next connect and the sweep and `threads delete` keep them meanwhile.
@@ -191,6 +199,32 @@ class Connection:
 
     def __enter__(self) -> Connection:
         return self
+
+    # ------------------------------------------------------------------ what the plane announced
+
+    def _learn(self, identity: dict[str, Any]) -> None:
+        self.plane_identity = identity
+        if not self._limits_given:
+            self.limits = PlaneLimits.announced(identity.get("limits"))
+
+    def identify(self) -> IngestAnswer | None:
+        """Learn the plane's identity (its caps, how it keys rows) if not known yet: ``None``
+        once known, else the buffered answer that kept it unknown (rows are not sent before)."""
+        if self.plane_identity is not None:
+            return None
+        identity = self.client.identify()
+        if isinstance(identity, IngestAnswer):
+            return identity
+        self._learn(identity)
+        return None
+
+    @property
+    def own_ids(self) -> bool:
+        """Whether the plane announced it keys rows by execution, namespace and checkpoint id,
+        so the store's own checkpoint ids are sent; else derived ones are (a plane that may be
+        idempotent by checkpoint id alone would drop one of two threads' ``step-1``)."""
+        features = (self.plane_identity or {}).get("features")
+        return isinstance(features, dict) and features.get("checkpoint_key") == list(ROW_KEY)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -246,6 +280,23 @@ class Connection:
         """Registered agent names → plane ids (a copy, taken when a batch is mapped)."""
         with self._lock:
             return dict(self._agent_ids)
+
+    # ------------------------------------------------------------------ the heartbeat
+
+    def beat(self, *, acked: bool = False, force: bool = False) -> None:
+        """Tell the store's connection record that this drain is alive (at most every
+        :data:`HEARTBEAT_EVERY` seconds unless ``force``); ``acked``: the plane has just
+        acknowledged a batch. A heartbeat that cannot be written is skipped, never an error."""
+        if acked:
+            self._acked_at = self.store.clock()
+        now = time.monotonic()
+        if not force and now - self._beat_at < HEARTBEAT_EVERY:
+            return
+        self._beat_at = now
+        try:
+            self.store.record_heartbeat(self.project_id, acked_at=self._acked_at)
+        except Exception:  # the record is advisory; the next pass writes it again
+            logger.debug("could not record the drain's heartbeat", exc_info=True)
 
     # ------------------------------------------------------------------ plane state (logged once)
 
@@ -352,6 +403,11 @@ class _Registry:
         worker = self.worker_of(conn)
         if worker is not None:
             worker.wake()
+
+    def kick(self, conn: Connection) -> None:
+        worker = self.worker_of(conn)
+        if worker is not None:
+            worker.kick()
 
     def drain_now(self, conn: Connection, timeout: float | None) -> bool:
         worker = self.worker_of(conn)

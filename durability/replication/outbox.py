@@ -36,13 +36,13 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durability.clock import system_clock
 from durability.model import STEP_RUN_END
 from durability.replication.client import REASON_MAX, IngestAnswer
-from durability.replication.wire import WireRow, to_wire
+from durability.replication.wire import ItemRef, WireRow, to_wire
 from durability.stores.base import Store
 from durability.stores.outbox import RowKey
 from durability.stores.rows import EncodedCheckpoint
@@ -68,6 +68,8 @@ class PlaneLimits:
     state_bytes: int = 1_048_576
     step_type_chars: int = 40
     agent_id_chars: int = 255
+    #: The largest request body the plane reads (a batch is cut to fit it).
+    body_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def announced(cls, limits: Any) -> PlaneLimits:
@@ -76,7 +78,7 @@ class PlaneLimits:
             return cls()
         values = {
             name: limits[name]
-            for name in ("state_bytes", "step_type_chars", "agent_id_chars")
+            for name in ("state_bytes", "step_type_chars", "agent_id_chars", "body_bytes")
             if isinstance(limits.get(name), int) and limits[name] > 0
         }
         return cls(**values)
@@ -141,8 +143,9 @@ class _Entry:
     stand_in_for: str | None = None
 
     @property
-    def checkpoint_id(self) -> str:
-        return self.row.checkpoint_id
+    def ref(self) -> ItemRef:
+        """How the plane's answers name this item."""
+        return self.wire.ref
 
 
 @dataclass(slots=True)
@@ -184,8 +187,8 @@ class _Pass:
         body = _BODY_OPEN + b",".join(e.wire.body for e in entries) + _BODY_CLOSE
         self.report.requests += 1
         self.report.bytes_sent += len(body)
-        ids = {e.checkpoint_id for e in entries}
-        return self.sender.submit(self.conn.client.ingest, body, ids)
+        refs = [e.ref for e in entries]
+        return self.sender.submit(self.conn.client.ingest, body, refs)
 
     def finish(self, entries: list[_Entry], sent: Future[IngestAnswer]) -> IngestAnswer:
         """Wait for a POST's answer and record the attempt on the rows it carried."""
@@ -195,9 +198,7 @@ class _Pass:
             # The rows that land record their attempt when marked (Store.mark_sent: one write
             # instead of two); the ones the plane rejected, or stand-ins, record it here.
             others = [
-                e.key
-                for e in entries
-                if e.stand_in_for is not None or e.checkpoint_id in answer.rejections
+                e.key for e in entries if e.stand_in_for is not None or e.ref in answer.rejections
             ]
             if others:
                 store.record_attempt(others, None)
@@ -216,7 +217,7 @@ class _Pass:
 
     def accept(self, entries: list[_Entry], answer: IngestAnswer, out: _Outcome) -> None:
         for e in entries:
-            rejected = answer.rejections.get(e.checkpoint_id)
+            rejected = answer.rejections.get(e.ref)
             if e.stand_in_for is not None:
                 out.quarantined[e.key] = e.stand_in_for
                 if rejected is not None:
@@ -286,11 +287,11 @@ class _Pass:
         inference: after a 413 for a body's total size, the last "suspect" lands on its own.
         """
         if answer is not None:
-            named = [e for e in group if e.checkpoint_id in answer.named]
+            named = [e for e in group if e.ref in answer.named]
             if named:
                 for e in named:
                     self.quarantine(e, answer.reason, out)
-                deferred[:0] = [e for e in group if e.checkpoint_id not in answer.named]
+                deferred[:0] = [e for e in group if e.ref not in answer.named]
                 return True
         if len(group) == 1:
             if answer is None:
@@ -327,39 +328,58 @@ class _Pass:
             project_id=conn.project_id,
             exclude=in_flight,
         )
-        keys = {(r.thread_id, r.seq or 0) for r in rows}
         if not rows:
             return None
-        if keys <= self.seen:
+        batch = self.prepare(rows)
+        if batch.keys <= self.seen:
             logger.error(
                 "the store %r did not record the outcome of %d rows; stopping this pass",
                 conn.store,
-                len(rows),
+                len(batch.keys),
             )
             return None
-        self.seen |= keys
-        return self.prepare(rows, keys)
+        self.seen |= batch.keys
+        return batch
 
-    def prepare(self, rows: list[EncodedCheckpoint], keys: set[RowKey]) -> _Batch:
-        """Map rows to wire entries; rows over an announced cap, or unmappable, are decided here."""
+    def prepare(self, rows: list[EncodedCheckpoint]) -> _Batch:
+        """Map rows to wire entries; rows over an announced cap, or unmappable, are decided here.
+
+        The batch ends before the row that would take its body past the plane's request limit
+        (that row leads the next batch), so a batch is split before the plane must refuse it.
+        """
         conn = self.conn
         agent_ids = conn.agent_ids()
+        budget = conn.limits.body_bytes - len(_BODY_OPEN) - len(_BODY_CLOSE)
+        used = 0
         out = _Outcome()
         entries: list[_Entry] = []
+        keys: set[RowKey] = set()
         for row in rows:
             key: RowKey = (row.thread_id, row.seq or 0)
             try:
-                wire = to_wire(row, agent_ids=agent_ids, encoder=conn.encoder)
+                wire = to_wire(row, agent_ids=agent_ids, encoder=conn.encoder, own_ids=conn.own_ids)
             except Exception as exc:  # a row nothing can send must not stall the others
+                keys.add(key)
                 out.quarantined[key] = _cut(
                     f"not sent: the stored row cannot be mapped to the wire ({type(exc).__name__}: {exc})"
                 )
                 continue
             cap = conn.limits.violation(wire)
+            if cap is None and len(wire.body) > budget:
+                cap = (
+                    f"the item is {len(wire.body)} bytes, over the plane's "
+                    f"{conn.limits.body_bytes}-byte request limit"
+                )
+            entry = _Entry(key, row, wire)
+            if cap is not None and row.step_type == STEP_RUN_END:
+                entry, cap = self.stand_in(entry, _cut(f"not sent: {cap}")), None
+            size = len(entry.wire.body) + 1
+            if entries and used + size > budget:
+                break  # this row leads the next batch
+            keys.add(key)
             if cap is None:
-                entries.append(_Entry(key, row, wire))
-            elif row.step_type == STEP_RUN_END:
-                entries.append(self.stand_in(_Entry(key, row, wire), _cut(f"not sent: {cap}")))
+                entries.append(entry)
+                used += size
             else:
                 out.quarantined[key] = _cut(f"not sent: {cap}")
         return _Batch(keys, entries, out)
@@ -390,6 +410,8 @@ class _Pass:
         marked synced only after the 2xx that carried it, so a crash between the two at worst
         sends it again, which the plane's idempotent ingest absorbs.
         """
+        if not self.identified():
+            return
         batch = self.fetch(set())
         sent = self.start(batch.entries) if batch is not None and batch.entries else None
         while batch is not None:
@@ -410,9 +432,31 @@ class _Pass:
                 break
             batch = following
 
+    def identified(self) -> bool:
+        """Learn the plane's identity first (how it keys rows decides the ids sent); when it
+        cannot be had, the next batch's rows record the attempt and stay buffered."""
+        conn = self.conn
+        answer = conn.identify()
+        if answer is None:
+            return True
+        rows = conn.store.fetch_unsynced_encoded(
+            limit=conn.batch_rows, max_bytes=conn.batch_bytes, project_id=conn.project_id
+        )
+        self.report.requests += 1
+        if rows:
+            conn.store.record_attempt([(r.thread_id, r.seq or 0) for r in rows], answer.reason)
+            self.report.buffered += len(rows)
+            conn.note_unavailable(answer, len(rows))
+        return False
+
     def stand_in(self, entry: _Entry, reason: str) -> _Entry:
+        conn = self.conn
         wire = to_wire(
-            entry.row, agent_ids=self.conn.agent_ids(), encoder=self.conn.encoder, stripped=reason
+            entry.row,
+            agent_ids=conn.agent_ids(),
+            encoder=conn.encoder,
+            stripped=reason,
+            own_ids=conn.own_ids,
         )
         return _Entry(entry.key, entry.row, wire, stand_in_for=reason)
 
@@ -440,6 +484,7 @@ class _Pass:
         if out.synced:
             store.mark_sent(out.synced)
             self.report.synced += len(out.synced)
+        self.conn.beat(acked=bool(out.synced))
         if out.quarantined:
             store.mark_quarantined(out.quarantined)
             self.report.quarantined += len(out.quarantined)
@@ -464,6 +509,7 @@ def drain_once(conn: Connection) -> DrainReport:
     with conn.draining() as active:
         if not active:
             return DrainReport()
+        conn.beat()
         with ThreadPoolExecutor(1, thread_name_prefix="durability-post") as sender:
             one = _Pass(conn, sender)
             one.run()
@@ -533,7 +579,10 @@ class DrainWorker:
         self.name = name
         self.backoff = backoff if backoff is not None else Backoff()
         self.idle_interval = idle_interval
+        #: Set by a write (rows to send) and by :meth:`kick`.
         self._wake = threading.Event()
+        #: Set by :meth:`kick`: a pass now, even while backing off.
+        self._kick = threading.Event()
         self._stopping = threading.Event()
         self._done = threading.Condition()
         self._requested = 0
@@ -561,22 +610,32 @@ class DrainWorker:
         return self
 
     def wake(self) -> None:
-        """Ask for a pass soon; never blocks (a write calls this on its own thread)."""
+        """Ask for a pass soon; never blocks (a write calls this on its own thread).
+
+        While the worker backs off (the plane could not take rows) a wake waits for the next
+        backoff step: a pass per write would hammer a plane that is down and, recording its
+        attempts, make every write wait on the store's write lock.
+        """
+        self._wake.set()
+
+    def kick(self) -> None:
+        """Ask for a pass now, even while backing off (a connect, a disconnect, an operator)."""
+        self._kick.set()
         self._wake.set()
 
     def drain_now(self, timeout: float | None = None) -> bool:
-        """Wake the worker and wait until a pass that started after this call has finished."""
+        """Kick the worker and wait until a pass that started after this call has finished."""
         with self._done:
             self._requested += 1
             target = self._requested
-        self._wake.set()
+        self.kick()
         with self._done:
             return self._done.wait_for(lambda: self._completed >= target, timeout)
 
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop the thread after its current pass; ``True`` if it ended within ``timeout``."""
         self._stopping.set()
-        self._wake.set()
+        self.kick()
         thread = self._thread
         if thread is None or thread is threading.current_thread():
             return True
@@ -594,10 +653,14 @@ class DrainWorker:
         failures = 0
         logged_at = float("-inf")
         while not self._stopping.is_set():
-            self._wake.wait(self.idle_interval if delay is None else delay)
+            if delay is None:
+                self._wake.wait(self.idle_interval)
+            else:  # backing off: only a kick cuts the delay short, never a write
+                self._kick.wait(delay)
             if self._stopping.is_set():
                 break
             self._wake.clear()
+            self._kick.clear()
             with self._done:
                 started = self._requested
             failed, retry_after = True, None
@@ -636,9 +699,16 @@ class DrainWorker:
 # ---------------------------------------------------------------------------- status
 
 
+#: A drain writes its heartbeat at least this often while its process lives (its idle pass
+#: every 30 s, a backoff step at most every 60 s, a long pass every batch), so a record older
+#: than this was left by a process that has gone.
+DRAIN_STALE_AFTER = timedelta(minutes=3)
+
+
 @dataclass(frozen=True, slots=True)
 class ProjectOutbox:
-    """One project's outbox in a store: counts, the oldest pending row, and its connection."""
+    """One project's outbox in a store: counts and sizes, the oldest pending row, and its
+    connection with its drain's heartbeat (``seen_at``) and last acknowledged batch."""
 
     project_id: str
     pending: int
@@ -647,6 +717,9 @@ class ProjectOutbox:
     oldest_pending_at: datetime | None
     connected_to: str | None
     disconnected_at: datetime | None = None
+    pending_bytes: int = 0
+    seen_at: datetime | None = None
+    acked_at: datetime | None = None
 
     @property
     def connection(self) -> str:
@@ -656,11 +729,19 @@ class ProjectOutbox:
             return "none"
         return "connected" if self.disconnected_at is None else "disconnected"
 
+    def drain(self, now: datetime) -> str | None:
+        """For a connected project, ``live`` (its drain's heartbeat is recent) or ``stale``
+        (older than :data:`DRAIN_STALE_AFTER`: the process that connected has gone); else ``None``."""
+        if self.connection != "connected" or self.seen_at is None:
+            return None if self.connection != "connected" else "stale"
+        return "live" if now - self.seen_at <= DRAIN_STALE_AFTER else "stale"
+
 
 def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbox]:
-    """Per project: pending, synced and quarantined rows, the oldest pending row's time, the
-    plane it replicates to (``None``: no connection recorded, so its rows stay buffered) and
-    when its connection closed (``None`` while open).
+    """Per project: pending (with their stored bytes), synced and quarantined rows, the oldest
+    pending row's time, the plane it replicates to (``None``: no connection recorded, so its
+    rows stay buffered), when its connection closed (``None`` while open), its drain's last
+    heartbeat and the plane's last acknowledged batch.
 
     Raises:
         CapabilityError: The store keeps no outbox.
@@ -673,18 +754,20 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
     while True:
         page = outbox.entries(after_seq=after, limit=page_size)
         for e in page:
-            c = counts.setdefault(e.project_id, [0, 0, 0, None])
+            c = counts.setdefault(e.project_id, [0, 0, 0, None, 0])
             c[("pending", "synced", "quarantined").index(e.state)] += 1
-            if e.state == "pending" and (c[3] is None or e.created_at < c[3]):
-                c[3] = e.created_at
+            if e.state == "pending":
+                c[4] += e.size_bytes
+                if c[3] is None or e.created_at < c[3]:
+                    c[3] = e.created_at
         if len(page) < page_size:
             break
         after = page[-1].seq
     records = {c.project_id: c for c in outbox.connections()}
     for project in records:
-        counts.setdefault(project, [0, 0, 0, None])
+        counts.setdefault(project, [0, 0, 0, None, 0])
     status = []
-    for project, (pending, synced, quarantined, oldest) in sorted(counts.items()):
+    for project, (pending, synced, quarantined, oldest, size) in sorted(counts.items()):
         record = records.get(project)
         status.append(
             ProjectOutbox(
@@ -695,6 +778,9 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
                 oldest,
                 None if record is None else record.target,
                 None if record is None else record.disconnected_at,
+                size,
+                None if record is None else (record.seen_at or record.connected_at),
+                None if record is None else record.acked_at,
             )
         )
     return status
@@ -706,6 +792,7 @@ def keys_of(entries: Iterable[Any]) -> list[RowKey]:
 
 
 __all__ = [
+    "DRAIN_STALE_AFTER",
     "Backoff",
     "DrainReport",
     "DrainWorker",

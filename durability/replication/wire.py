@@ -14,12 +14,20 @@ fields of ``metadata``; a value that is not a JSON object is sent as ``{"value":
 extension's ``wrapped`` list names it. ``state`` may also pass through a :class:`PayloadEncoder`
 (the seam for customer-held encryption of the payload, BYOK); metadata always stays clear.
 
+Checkpoint ids are unique within a thread (and namespace), not across threads. A plane that
+announces it keys rows by execution, namespace and checkpoint id (this project's plane) gets the
+store's own ids. Any other plane may keep one row per checkpoint id (the fastaiagent plane is
+idempotent by ``checkpoint_id``), so it gets a wire id derived from (thread, namespace,
+checkpoint id), :func:`wire_checkpoint_id`, and the parent's the same way, so history still
+links; the extension keeps the originals, and :func:`checkpoint_from_wire` returns them.
+
 An item without the extension (one the fastaiagent SDK sent) maps as its own restore does: the
 runner from ``metadata.chain_name``, else ``agent_id``, else ``chain_id``; payloads as they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +47,10 @@ CODEC_MARK = "durability.codec/1"
 #: The key of the extension object inside the item's ``metadata``.
 EXTENSION_KEY = "durability"
 
+#: What keys a row on a plane that announces ``features.checkpoint_key`` as this list in its
+#: auth check (this project's plane): then the store's own checkpoint ids are sent.
+ROW_KEY = ("execution_id", "namespace", "checkpoint_id")
+
 #: The statuses the wire carries; any other is sent as ``completed`` (the extension keeps it).
 WIRE_STATUSES = frozenset({COMPLETED, INTERRUPTED, FAILED})
 
@@ -46,6 +58,21 @@ WIRE_STATUSES = frozenset({COMPLETED, INTERRUPTED, FAILED})
 RESOURCE_TYPES = ("agent", "chain", "swarm", "supervisor")
 
 _PAYLOAD_FIELDS = ("node_input", "node_output", "interrupt_context")
+
+#: Starts every derived wire checkpoint id (:func:`wire_checkpoint_id`).
+WIRE_ID_PREFIX = "durability-"
+
+#: How a plane's answer names an item of a batch: (wire checkpoint id, execution id, namespace).
+ItemRef = tuple[str, str, str]
+
+
+def wire_checkpoint_id(thread_id: str, namespace: str, checkpoint_id: str) -> str:
+    """The checkpoint id sent to a plane that may key rows by checkpoint id alone: unique per
+    (thread, namespace, checkpoint id), deterministic (a re-send is the same row), 43 characters."""
+    digest = hashlib.sha256(
+        "\x00".join((thread_id, namespace, checkpoint_id)).encode("utf-8", "surrogatepass")
+    )
+    return WIRE_ID_PREFIX + digest.hexdigest()[:32]
 
 
 class PayloadEncoder(Protocol):
@@ -102,14 +129,22 @@ def wire_status(status: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WireRow:
-    """One row ready to send: the item's bytes, the state's size on the wire, and the fields the
-    drain checks against the plane's caps (the item itself is only parsed back on demand)."""
+    """One row ready to send: the item's bytes, the state's size on the wire, how the plane will
+    name it (``ref``) and the fields the drain checks against the plane's caps (the item itself is
+    only parsed back on demand). ``checkpoint_id`` is the id on the wire."""
 
     body: bytes
     state_bytes: int
     checkpoint_id: str
     step_type: str | None
     agent_id: str | None
+    execution_id: str = ""
+    namespace: str = ""
+
+    @property
+    def ref(self) -> ItemRef:
+        """How a plane's answer names this item."""
+        return (self.checkpoint_id, self.execution_id, self.namespace)
 
     @property
     def item(self) -> dict[str, Any]:
@@ -138,6 +173,7 @@ def to_wire(
     agent_ids: Mapping[str, str] | None = None,
     encoder: PayloadEncoder = CLEAR,
     stripped: str | None = None,
+    own_ids: bool = True,
 ) -> WireRow:
     """Map a stored row to the fastaiagent ingest item, with the extension in ``metadata``.
 
@@ -148,6 +184,8 @@ def to_wire(
         encoder: How ``state`` is sent (default: in clear).
         stripped: When set, send a state-stripped copy (empty payloads; the reason is kept in
             the extension): what the plane gets for a run end it refused for size.
+        own_ids: Send the store's checkpoint ids (a plane that keys rows per execution); else
+            derived ones (:func:`wire_checkpoint_id`), the originals kept in the extension.
     """
     if stripped is None:
         state, state_wrapped = _embedded(row.state)
@@ -183,10 +221,16 @@ def to_wire(
     }
     if stripped is not None:
         extension["stripped"] = stripped
+    checkpoint_id, parent_id = row.checkpoint_id, row.parent_checkpoint_id
+    if not own_ids:
+        extension["checkpoint_id"], extension["parent_checkpoint_id"] = checkpoint_id, parent_id
+        checkpoint_id = wire_checkpoint_id(row.thread_id, row.namespace, checkpoint_id)
+        if parent_id is not None:
+            parent_id = wire_checkpoint_id(row.thread_id, row.namespace, parent_id)
     # An encoder sees the state as a JSON object, so only then is it parsed.
     sent_state = state if encoder is CLEAR else encoder.encode(orjson.loads(orjson.dumps(state)))
     item: dict[str, Any] = {
-        "checkpoint_id": row.checkpoint_id,
+        "checkpoint_id": checkpoint_id,
         "execution_id": row.thread_id,
         "resource_type": kind,
         "agent_id": agent_id,
@@ -195,7 +239,7 @@ def to_wire(
         "step_index": row.step,
         "step_type": row.step_type,
         "status": wire_status(row.status),
-        "parent_checkpoint_id": row.parent_checkpoint_id,
+        "parent_checkpoint_id": parent_id,
         "state_snapshot": sent_state,
         "metadata": {
             "node_input": payloads["node_input"][0],
@@ -217,7 +261,9 @@ def to_wire(
         state_bytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     else:
         state_bytes = len(orjson.dumps(sent_state))
-    return WireRow(body, state_bytes, row.checkpoint_id, row.step_type, agent_id)
+    return WireRow(
+        body, state_bytes, checkpoint_id, row.step_type, agent_id, row.thread_id, row.namespace
+    )
 
 
 def _stripped_state(row: EncodedCheckpoint) -> dict[str, Any]:
@@ -240,6 +286,7 @@ def checkpoint_to_wire(
     *,
     agent_ids: Mapping[str, str] | None = None,
     encoder: PayloadEncoder = CLEAR,
+    own_ids: bool = True,
 ) -> dict[str, Any]:
     """The wire item of a checkpoint (``created_at`` and ``checkpoint_id`` must be filled).
 
@@ -248,7 +295,7 @@ def checkpoint_to_wire(
     """
     row = EncodedCheckpoint.encode(cp)
     row.seq = cp.seq
-    return to_wire(row, agent_ids=agent_ids, encoder=encoder).item
+    return to_wire(row, agent_ids=agent_ids, encoder=encoder, own_ids=own_ids).item
 
 
 def is_durability_item(item: Mapping[str, Any]) -> bool:
@@ -332,6 +379,7 @@ def checkpoint_from_wire(
         except CodecError as exc:
             raise RestoreError(f"cannot read {where}: {exc}") from exc
 
+    common["checkpoint_id"], common["parent_checkpoint_id"] = store_ids(item)
     return Checkpoint(
         **common,
         namespace=str(extension.get("namespace") or ""),
@@ -346,6 +394,18 @@ def checkpoint_from_wire(
         interrupt_context=value(metadata.get("interrupt_context"), "interrupt_context"),
         metadata=value(extension.get("metadata"), "metadata"),
     )
+
+
+def store_ids(item: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The item's checkpoint id and parent id as the store that sent it holds them: the
+    extension's when it was sent under a derived wire id, else the item's own."""
+    metadata = item.get("metadata")
+    extension = metadata.get(EXTENSION_KEY) if isinstance(metadata, dict) else None
+    if isinstance(extension, dict) and isinstance(extension.get("checkpoint_id"), str):
+        parent = extension.get("parent_checkpoint_id")
+        return extension["checkpoint_id"], parent if isinstance(parent, str) else None
+    parent = item.get("parent_checkpoint_id")
+    return str(item.get("checkpoint_id") or ""), parent if isinstance(parent, str) else None
 
 
 def was_stripped(item: Mapping[str, Any]) -> str | None:
@@ -372,16 +432,21 @@ __all__ = [
     "CODEC_MARK",
     "EXTENSION_KEY",
     "RESOURCE_TYPES",
+    "ROW_KEY",
     "STEP_RUN_END",
+    "WIRE_ID_PREFIX",
     "WIRE_STATUSES",
     "ClearPayload",
+    "ItemRef",
     "PayloadEncoder",
     "WireRow",
     "checkpoint_from_wire",
     "checkpoint_to_wire",
     "is_durability_item",
     "resource_type",
+    "store_ids",
     "to_wire",
     "was_stripped",
+    "wire_checkpoint_id",
     "wire_status",
 ]

@@ -95,12 +95,14 @@ class Runner:
             pairs, :class:`Step` or :class:`AgentNode` objects. Names must be unique.
         retention: the retention this runner declares for the threads it runs on, e.g.
             ``{"waiting": "14d", "finished": "2d"}``; checked against the store's platform
-            values at every start (seed 004 "A thread's own retention").
-        lease_ttl: how long the thread's lease lasts without renewal, on the store's clock. A
-            killed run can be resumed elsewhere once its lease has expired.
+            values at every start (a declared retention only shortens the platform's).
+        lease_ttl: how long the thread's lease lasts without renewal, on the store's clock (a
+            timedelta or a duration such as ``"30s"``). A killed run can be resumed elsewhere
+            once its lease has expired.
         heartbeat: seconds (real time) between lease renewals; default a third of ``lease_ttl``.
-        timeout: the longest one execution (a start or a resume) may run, on the store's clock;
-            past it the run ends failed with reason ``timeout`` at its next check.
+        timeout: the longest one execution (a start or a resume) may run, on the store's clock
+            (a timedelta or a duration such as ``"10m"``); past it the run ends failed with
+            reason ``timeout`` at its next check.
     """
 
     #: ``agent`` for a plain run; a :class:`Flow` is ``flow``.
@@ -118,9 +120,9 @@ class Runner:
         steps: Sequence[Step | tuple[str, StepFn] | StepFn],
         *,
         retention: Mapping[str, str | timedelta] | None = None,
-        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_ttl: timedelta | str = timedelta(seconds=30),
         heartbeat: float | None = None,
-        timeout: timedelta | None = None,
+        timeout: timedelta | str | None = None,
     ) -> None:
         check_id(name, "runner name", action="define a runner")
         self.name = name
@@ -147,13 +149,11 @@ class Runner:
             key: parse_duration(value, name=f"runner {name!r} {key} retention")
             for key, value in (retention or {}).items()
         }
-        if lease_ttl <= timedelta(0):
-            raise ConfigError(
-                f"cannot define runner {name!r}: lease_ttl {lease_ttl} must be positive"
-            )
-        self.lease_ttl = lease_ttl
-        self.heartbeat = heartbeat if heartbeat is not None else lease_ttl.total_seconds() / 3
-        self.timeout = timeout
+        self.lease_ttl = parse_duration(lease_ttl, name=f"runner {name!r} lease_ttl")
+        self.heartbeat = heartbeat if heartbeat is not None else self.lease_ttl.total_seconds() / 3
+        self.timeout = (
+            None if timeout is None else parse_duration(timeout, name=f"runner {name!r} timeout")
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}: {', '.join(s.name for s in self.steps)}>"

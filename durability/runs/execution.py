@@ -159,19 +159,21 @@ class RunContext:
         return self.store.clock()
 
     def interrupt(
-        self, reason: str, context: Any = None, *, deadline: datetime | timedelta | None
+        self, reason: str, context: Any = None, *, deadline: datetime | timedelta | str | None
     ) -> Any:
         """Ask for an answer: park the run until someone resumes it with a value.
 
         When this execution of the step was resumed with a value, the first call returns it;
         every other call parks. A parked step runs again from its start on resume, so keep one
-        ask per step. ``deadline`` (a time, or a duration from now) must fit the thread's
-        waiting retention; a park without one, past it, or in a store that cannot hold parks is
-        refused and the run fails with that refusal as its error.
+        ask per step. ``deadline`` (a time, or a duration from now: a timedelta or text such as
+        ``"2d"``) must fit the thread's waiting retention; a park without one, past it, or in a
+        store that cannot hold parks is refused and the run fails with that refusal as its error.
         """
         if not self._answered:
             self._answered = True
             return self.resume_value
+        if isinstance(deadline, str):
+            deadline = parse_duration(deadline, name="the ask's deadline")
         if isinstance(deadline, timedelta):
             deadline = self.now() + deadline
         raise _Interrupt(reason, context, None if deadline is None else as_utc(deadline))

@@ -42,7 +42,7 @@ def locate_thread(
 
     Resume, fork and stop call it before they take the thread's lease. When the store holds a
     checkpoint of the thread, the plane is not consulted (the local copy is the source of
-    truth). Otherwise it is restored from the plane (seed 000 "Restore-anywhere",
+    truth). Otherwise it is restored from the plane (restore-anywhere,
     :func:`durability.restore.restore_if_missing`) when ``DURABILITY_RESTORE_FROM_PLANE``
     allows it and the store is connected (``connection``, else its active connection); a thread
     still missing is refused with :class:`~durability.errors.RunNotResumable`, saying why the

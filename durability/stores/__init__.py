@@ -70,7 +70,7 @@ def open_store(url: str, **options: Any) -> Store:
     """Open the store at ``url``; ``options`` go to the provider (``settings``, ``clock``, …).
 
     Nothing is read or written until the store is first used: the format generation is
-    checked then (seed 004: a deployment that never uses its store never runs the check).
+    checked then: a deployment that never uses its store never runs the check.
     """
     if not isinstance(url, str) or "://" not in url:
         raise ConfigError(

@@ -493,6 +493,8 @@ class Store(ABC):
     record_disconnection = Delegate("outbox", Outbox.record_disconnection)
     forget_connection = Delegate("outbox", Outbox.forget_connection)
     connections = Delegate("outbox", Outbox.connections)
+    record_heartbeat = Delegate("outbox", Outbox.record_heartbeat)
+    outbox_summary = Delegate("outbox", Outbox.summary)
     checkpoint_columns = Delegate("scans", Scans.checkpoint_columns)
     thread_columns = Delegate("scans", Scans.thread_columns)
     outbox_columns = Delegate("scans", Scans.outbox_columns)

@@ -11,9 +11,9 @@ from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from durability.errors import InvalidIdError
+from durability.errors import ConfigError, InvalidIdError
 from durability.model import Lease, ThreadRecord
-from durability.settings import Retention, due_at
+from durability.settings import Retention, due_at, parse_duration
 from durability.stores.ids import check_id, check_thread
 
 if TYPE_CHECKING:
@@ -66,21 +66,22 @@ class Ledger(ABC):
         self._unmark(thread_id)
 
     def acquire_lease(
-        self, thread_id: str, holder: str, ttl: timedelta, *, run_id: str = ""
+        self, thread_id: str, holder: str, ttl: timedelta | str, *, run_id: str = ""
     ) -> Lease:
         """Take the thread's lease for ``ttl``; :class:`~durability.errors.LeaseHeld` if
         another holds a live one. The same holder may take it again (that renews it)."""
         action = "take a lease"
         span = self._check_lease(thread_id, holder, ttl, action)
         now = self.store.clock()
-        return self._acquire(thread_id, holder, run_id, now, now + span)
+        return self._acquire(thread_id, holder, run_id, now, _after(now, span, action))
 
-    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta) -> Lease:
+    def renew_lease(self, thread_id: str, holder: str, ttl: timedelta | str) -> Lease:
         """Extend the caller's lease; :class:`~durability.errors.LeaseLost` if it is not
         theirs any more."""
-        span = self._check_lease(thread_id, holder, ttl, "renew a lease")
+        action = "renew a lease"
+        span = self._check_lease(thread_id, holder, ttl, action)
         now = self.store.clock()
-        return self._renew(thread_id, holder, now, now + span)
+        return self._renew(thread_id, holder, now, _after(now, span, action))
 
     def release_lease(self, thread_id: str, holder: str) -> None:
         """Drop the caller's lease (a no-op if it is not theirs)."""
@@ -99,9 +100,19 @@ class Ledger(ABC):
         found = self._finished_due(now or self.store.clock())
         return sorted(found, key=lambda r: (r.due_at, r.thread_id))
 
-    def _check_lease(self, thread_id: str, holder: str, ttl: timedelta, action: str) -> timedelta:
+    def _check_lease(
+        self, thread_id: str, holder: str, ttl: timedelta | str, action: str
+    ) -> timedelta:
+        """``ttl`` as a positive duration (a timedelta, or text such as ``30s`` or ``PT30S``)."""
         check_thread(thread_id, "", action)
         check_id(holder, "lease holder", action=action)
+        if isinstance(ttl, str):
+            ttl = parse_duration(ttl, name="lease ttl")
+        elif not isinstance(ttl, timedelta):
+            raise ConfigError(
+                f"cannot {action}: lease ttl {str(ttl)[:40]!r} must be a timedelta or a duration "
+                "such as 30s or 5m"
+            )
         if ttl <= timedelta(0):
             raise InvalidIdError(f"cannot {action}: lease ttl {ttl} must be positive")
         self.store.ready()
@@ -146,6 +157,17 @@ class Ledger(ABC):
 
     def _finished_due(self, now: datetime) -> list[ThreadRecord]:
         return [r for r in self.store.iter_threads() if r.due_at is not None and r.due_at <= now]
+
+
+def _after(now: datetime, span: timedelta, action: str) -> datetime:
+    """``now + span``, refused by name when it passes the year 9999."""
+    try:
+        return now + span
+    except OverflowError:
+        raise ConfigError(
+            f"cannot {action}: {span} from {now.isoformat()} is past the year 9999; use a "
+            "shorter duration"
+        ) from None
 
 
 def retention_of(record: ThreadRecord | None) -> Retention | None:

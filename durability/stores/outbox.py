@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durability.errors import InvalidIdError
 from durability.model import Checkpoint, OutboxEntry
@@ -42,11 +42,27 @@ class ConnectionRecord:
     target: str
     connected_at: datetime
     disconnected_at: datetime | None = None
+    #: When a drain of the project last ran (its heartbeat; a crash leaves it to age).
+    seen_at: datetime | None = None
+    #: When the plane last acknowledged a batch of the project's rows.
+    acked_at: datetime | None = None
 
     @property
     def open(self) -> bool:
         """Whether a process is connected (as far as the record knows: a crash leaves it open)."""
         return self.disconnected_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSummary:
+    """One project's unsent rows, counted without reading the synced ones: pending rows and
+    their stored bytes, the oldest pending row's time, and quarantined rows."""
+
+    project_id: str
+    pending: int = 0
+    pending_bytes: int = 0
+    oldest_pending_at: datetime | None = None
+    quarantined: int = 0
 
 
 class Outbox(ABC):
@@ -170,6 +186,18 @@ class Outbox(ABC):
         self.store.ready()
         return self._connections()
 
+    def record_heartbeat(self, project_id: str, *, acked_at: datetime | None = None) -> None:
+        """Record that a drain of ``project_id`` is alive now (and, with ``acked_at``, when the
+        plane last acknowledged its rows) in the connection's record; a no-op without one."""
+        self.store.ready()
+        self._record_heartbeat(project_id, self.store.clock(), acked_at)
+
+    def summary(self) -> list[OutboxSummary]:
+        """Per project, its pending and quarantined rows (see :class:`OutboxSummary`), read
+        without touching synced rows: cheap enough to serve on every metrics scrape."""
+        self.store.ready()
+        return self._summary()
+
     # ------------------------------------------------------------------ primitives
 
     @abstractmethod
@@ -221,6 +249,27 @@ class Outbox(ABC):
     @abstractmethod
     def _connections(self) -> list[ConnectionRecord]:
         """Every record, by project id."""
+
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        for record in self._connections():
+            if record.project_id == project_id:
+                acked = acked_at or record.acked_at
+                self._record_connection(replace(record, seen_at=seen_at, acked_at=acked))
+
+    def _summary(self) -> list[OutboxSummary]:
+        totals: dict[str, list[Any]] = {}
+        for state in ("pending", "quarantined"):
+            for e in self._entries(state, None, None, None, None):
+                t = totals.setdefault(e.project_id, [0, 0, None, 0])
+                if state == "quarantined":
+                    t[3] += 1
+                    continue
+                t[0] += 1
+                t[1] += e.size_bytes
+                t[2] = e.created_at if t[2] is None else min(t[2], e.created_at)
+        return [OutboxSummary(p, *t) for p, t in sorted(totals.items())]
 
     def _unreplicated(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -20,6 +20,7 @@ from durability.errors import InvalidIdError
 from durability.model import Deleted, ThreadRecord
 from durability.stores.ids import check_id, check_ids, check_thread
 from durability.stores.rows import CheckpointRow, EncodedCheckpoint, Select
+from durability.stores.sweep_lock import MemorySweepLock, SweepLock
 
 if TYPE_CHECKING:
     from durability.stores.base import Store
@@ -218,6 +219,11 @@ class Scans:
         check_ids(thread_ids, "thread_id", action="check threads are empty")
         self.store.ready()
         return self._still_holding(list(dict.fromkeys(thread_ids))) if thread_ids else set()
+
+    def sweep_lock(self) -> SweepLock:
+        """The lock that keeps one sweep per store at a time (default: a lock in this
+        process, which is all a store living in one process needs)."""
+        return MemorySweepLock(self.store)
 
     # ------------------------------------------------------------------ defaults
 

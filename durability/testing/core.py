@@ -138,7 +138,7 @@ def check_duplicate_in_batch_writes_nothing(target: StoreTarget) -> None:
 
 @check
 def check_hostile_ids(target: StoreTarget) -> None:
-    """Ids with unicode, / ? % ' ; and 10 KB round-trip; a NUL or a lone surrogate in an id is refused clearly."""
+    """Ids with unicode, line breaks, tabs, / ? % ' ; and 10 KB round-trip; a NUL or a lone surrogate in an id is refused clearly."""
     with target.open() as store:
         for i, hostile in enumerate(HOSTILE_IDS):
             stored = store.put(

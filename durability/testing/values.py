@@ -216,5 +216,10 @@ HOSTILE_IDS = [
     "{hash}tag}{",
     "..",
     " spaced  ",
+    "line\nbreak",
+    "carriage\rreturn",
+    "tab\there",
+    "line\u2028separator",
+    "next\u0085line",
     "x" * 10_000,
 ]

@@ -1,7 +1,7 @@
 """A fastaiagent checkpoint store, read in place: ``fastaiagent+sqlite:///.fastaiagent/local.db``
 or ``fastaiagent+postgresql://user@host/db?schema=fastaiagent``.
 
-The fastaiagent SDK (seed 000) keeps one row per checkpoint in ``checkpoints`` and one pending
+The fastaiagent SDK keeps one row per checkpoint in ``checkpoints`` and one pending
 human-in-the-loop pause per execution in ``pending_interrupts``. Mapping onto the model:
 
 ===========================  ===============================================================

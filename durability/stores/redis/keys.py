@@ -58,6 +58,11 @@ class GlobalKeys:
     connections: str
     format: str
     reconcile: str
+    #: Per project, its drain's heartbeat and last acknowledged batch (written apart from the
+    #: connection record, which a disconnect rewrites).
+    drains: str
+    #: The sweep lock (one sweep per store).
+    sweep_lock: str
 
     @classmethod
     def of(cls, prefix: str) -> GlobalKeys:

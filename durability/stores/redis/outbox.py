@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from durability.stores.redis.store import RedisStore
 
 
+def _time(micros: int | None) -> datetime | None:
+    return None if micros is None else from_micros(micros)
+
+
 class RedisOutbox(Outbox):
     """Pending, synced and quarantined rows of a Redis store, and its connection records."""
 
@@ -223,6 +227,7 @@ class RedisOutbox(Outbox):
         store.run(
             "forget a connection", lambda _r: store.client.hdel(store.keys.connections, project_id)
         )
+        store.run("forget a connection", lambda _r: store.client.hdel(store.keys.drains, project_id))
         store.refresh_replicating()
         if not store.store_replicates():
             self._apply_expiry()
@@ -230,14 +235,36 @@ class RedisOutbox(Outbox):
     def _connections(self) -> list[ConnectionRecord]:
         store = self.store
         raw = store.run("read connections", lambda _r: store.client.hgetall(store.keys.connections))
+        drains = store.run("read connections", lambda _r: store.client.hgetall(store.keys.drains))
         found = []
         for project, value in sorted(raw.items()):
             data = orjson.loads(value)
-            off = from_micros(data["off"]) if "off" in data else None
+            beat = orjson.loads(drains.get(project, b"{}"))
             found.append(
-                ConnectionRecord(project.decode(), data["target"], from_micros(data["at"]), off)
+                ConnectionRecord(
+                    project.decode(),
+                    data["target"],
+                    from_micros(data["at"]),
+                    _time(data.get("off")),
+                    _time(beat.get("seen")),
+                    _time(beat.get("ack")),
+                )
             )
         return found
+
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        store = self.store
+
+        def beat(_retry: bool) -> None:
+            current = orjson.loads(store.client.hget(store.keys.drains, project_id) or b"{}")
+            current["seen"] = to_micros(seen_at)
+            if acked_at is not None:
+                current["ack"] = to_micros(acked_at)
+            store.client.hset(store.keys.drains, project_id, orjson.dumps(current))
+
+        store.run("record a drain heartbeat", beat)
 
     def _apply_expiry(self) -> None:
         """Give every unsent row's outbox keys the expiry replication calls for.

@@ -13,6 +13,8 @@ from durability._util import chunks
 from durability.stores.redis import documents as docs
 from durability.stores.redis.keys import thread_tag
 from durability.stores.rows import Select
+from durability.stores.redis.sweep_lock import RedisSweepLock
+from durability.stores.sweep_lock import SweepLock
 from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
@@ -31,6 +33,9 @@ class RedisScans(Scans):
     """Analysis reads straight from the header lines of each thread's documents."""
 
     store: RedisStore
+
+    def sweep_lock(self) -> SweepLock:
+        return RedisSweepLock(self.store)
 
     def _threads(self, thread_id: str | None) -> Iterator[tuple[dict[str, bytes], Any]]:
         """Each thread's ledger fields and ``analysis_thread`` answer: tags by ZSCAN, scripts pipelined."""

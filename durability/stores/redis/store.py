@@ -94,6 +94,12 @@ class RedisStore(Store):
             raise ConfigError(
                 f"cannot open {redact_url(url)}: a Redis store URL starts with redis:// or rediss://"
             )
+        try:
+            parts.port  # noqa: B018 - parsing it refuses a port out of range
+        except ValueError as exc:
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: {exc}; give a port from 1 to 65535"
+            ) from None
         query = parse_qsl(parts.query, keep_blank_values=True)
         ours = {k: v for k, v in query if k in ("prefix", "client_name", "cluster")}
         self._url = urlunsplit(

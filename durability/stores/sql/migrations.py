@@ -23,6 +23,7 @@ from durability.stores.sql.schema import (
     connections,
     meta_table,
     migrations_table,
+    sweep_lock_table,
     parks,
     threads,
     writes,
@@ -133,6 +134,20 @@ def _thread_first_keys(conn: SAConnection) -> None:
     )
 
 
+def _drain_heartbeat(conn: SAConnection) -> None:
+    """Version 8: a connection record carries its drain's heartbeat and last acknowledged batch,
+    so ``durability outbox status`` tells a live drain from a record a gone process left open."""
+    existing = _columns_of(conn, "durability_connections")
+    for name in ("seen_at", "acked_at"):
+        if name not in existing:
+            _add_column(conn, connections, name, "BIGINT")
+
+
+def _sweep_lock(conn: SAConnection) -> None:
+    """Version 9: the sweep lock's table, so two sweeps of one store never run at once."""
+    create(conn, sweep_lock_table)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -142,6 +157,8 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("checkpoints by id index", _by_id_index),
     ("connection records kept at disconnect", _connection_closed),
     ("thread-first key indexes", _thread_first_keys),
+    ("drain heartbeats", _drain_heartbeat),
+    ("sweep lock", _sweep_lock),
 )
 
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, Outbox, RowKey
+from durability.stores.outbox import ConnectionRecord, Outbox, OutboxSummary, RowKey
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
@@ -186,6 +186,8 @@ class SQLOutbox(Outbox):
             "target": connection.target,
             "connected_at": to_micros(connection.connected_at),
             "disconnected_at": micros(connection.disconnected_at),
+            "seen_at": micros(connection.seen_at),
+            "acked_at": micros(connection.acked_at),
         }
         with self.store.db.one("record a connection") as conn:
             conn.execute(
@@ -204,10 +206,51 @@ class SQLOutbox(Outbox):
         with self.store.db.one("read connections") as conn:
             return [
                 ConnectionRecord(
-                    r.project_id, r.target, from_micros(r.connected_at), time_of(r.disconnected_at)
+                    r.project_id,
+                    r.target,
+                    from_micros(r.connected_at),
+                    time_of(r.disconnected_at),
+                    time_of(r.seen_at),
+                    time_of(r.acked_at),
                 )
                 for r in conn.execute(sa.select(connections).order_by(connections.c.project_id))
             ]
+
+    @reconnecting
+    def _record_heartbeat(
+        self, project_id: str, seen_at: datetime, acked_at: datetime | None
+    ) -> None:
+        c = connections.c
+        acked = c.acked_at if acked_at is None else to_micros(acked_at)
+        with self.store.db.one("record a drain heartbeat") as conn:
+            conn.execute(
+                connections.update()
+                .where(c.project_id == project_id)
+                .values(seen_at=to_micros(seen_at), acked_at=acked)
+            )
+
+    @reconnecting
+    def _summary(self) -> list[OutboxSummary]:
+        # Driver SQL with the partial indexes' own predicates, so neither read touches a
+        # synced row (metrics scrape this).
+        table, db = self.store.sql.table, self.store.db
+        pending = (
+            f"SELECT project_id, COUNT(*), SUM(size_bytes), MIN(created_at) FROM {table} "  # noqa: S608
+            f"WHERE {NOT_SYNCED_SQL[db.sqlite]} GROUP BY project_id"
+        )
+        quarantined = (
+            f"SELECT project_id, COUNT(*) FROM {table} WHERE sync_error IS NOT NULL "  # noqa: S608
+            "GROUP BY project_id"
+        )
+        totals: dict[str, dict[str, Any]] = {}
+        with db.one("summarise the outbox") as conn:
+            for project, rows, size, oldest in conn.exec_driver_sql(pending):
+                totals.setdefault(project, {}).update(
+                    pending=int(rows), pending_bytes=int(size or 0), oldest_pending_at=time_of(oldest)
+                )
+            for project, rows in conn.exec_driver_sql(quarantined):
+                totals.setdefault(project, {})["quarantined"] = int(rows)
+        return [OutboxSummary(p, **t) for p, t in sorted(totals.items())]
 
 
 def _entry(r: Any) -> OutboxEntry:

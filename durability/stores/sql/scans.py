@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros
 from durability.model import Deleted, Lease, ThreadRecord
+from durability.stores.sql.sweep_lock import SQLSweepLock
+from durability.stores.sweep_lock import SweepLock
 from durability.stores.scans import (
     OUTBOX_COLUMNS,
     THREAD_COLUMNS,
@@ -61,6 +63,9 @@ class SQLScans(Scans):
     """Analysis and sweep reads in a few set-based statements."""
 
     store: SQLStore
+
+    def sweep_lock(self) -> SweepLock:
+        return SQLSweepLock(self.store)
 
     # ------------------------------------------------------------------ analysis reads
 

@@ -124,6 +124,17 @@ connections = sa.Table(
     sa.Column("target", sa.Text, nullable=False),
     sa.Column("connected_at", sa.BigInteger, nullable=False),
     sa.Column("disconnected_at", sa.BigInteger),
+    sa.Column("seen_at", sa.BigInteger),
+    sa.Column("acked_at", sa.BigInteger),
+)
+
+#: One sweep per store: the holder of the sweep (SQLite: the lock itself, with an expiry).
+sweep_lock_table = sa.Table(
+    "durability_sweep_lock",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
 )
 
 not_synced = sa.not_(checkpoints.c.synced)
