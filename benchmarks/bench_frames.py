@@ -130,7 +130,7 @@ def build(url: str, threads: int, per_thread: int, *, ledger: bool) -> None:
             # which sets the visibility map that index-only scans read); this server runs with
             # autovacuum off, so the benchmark does it.
             schema = store.options.schema
-            with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            with store.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.exec_driver_sql(
                     f'VACUUM ANALYZE "{schema}".durability_checkpoints, "{schema}".durability_threads'
                 )
@@ -139,7 +139,7 @@ def build(url: str, threads: int, per_thread: int, *, ledger: bool) -> None:
 def _ledger(store: Any, threads: int) -> None:
     """Ledger records for half the threads (a quarter marked finished), in one bulk INSERT."""
     from durability.clock import to_micros
-    from durability.stores import sql
+    from durability.stores.sql import schema as sql
 
     rows = []
     for t in range(0, threads, 2):
@@ -158,7 +158,7 @@ def _ledger(store: Any, threads: int) -> None:
                 "due_at": to_micros(finished + timedelta(days=7)) if finished else None,
             }
         )
-    with store._engine.begin() as conn:  # bench data only: the ledger API is per thread
+    with store.db.engine.begin() as conn:  # bench data only: the ledger API is per thread
         for start in range(0, len(rows), BATCH):
             conn.execute(sql.threads.insert(), rows[start : start + BATCH])
 
@@ -196,7 +196,7 @@ def child(frame: str, url: str) -> None:
 def _read_sql(store: Any, pd: Any) -> Any:
     columns = "thread_id, namespace, run_id, checkpoint_id, seq, node_id, step, step_type, "
     columns += "status, created_at, size_bytes, synced, sync_error"
-    conn = sqlite3.connect(store._sqlite_path)
+    conn = sqlite3.connect(store.db.path)
     try:
         return pd.read_sql_query(f"SELECT {columns} FROM durability_checkpoints", conn)
     finally:

@@ -276,7 +276,7 @@ def ours(kind: str, options: Options, **store_options: Any) -> Iterator[Subject]
         try:
             yield Ours(store)
             store.reset()
-            store._client.delete(store._k_format)  # type: ignore[attr-defined]
+            store.client.delete(store.keys.format)  # type: ignore[attr-defined]
         finally:
             store.close()
     else:

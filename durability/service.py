@@ -82,7 +82,7 @@ class OpsService:
         self._token = _checked_token(admin_token)
         self._sweeping = threading.Lock()
         self._replication: Any = None
-        if store.capabilities.replicates:
+        if store.outbox is not None:
             from prometheus_client import CollectorRegistry
 
             from durability.metrics import OutboxCollector

@@ -758,6 +758,7 @@ def sweep(
     when this sweep's delete removed its rows (or it held no checkpoint to remove).
     """
     from durability import metrics
+
     if batch_size < 1:
         raise ConfigError(f"cannot sweep: batch_size={batch_size} must be at least 1")
     try:

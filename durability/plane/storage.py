@@ -46,7 +46,6 @@ from durability.plane.schema import (
     id_key,
     key_hash,
 )
-from durability._util import chunks, redact_url
 
 
 def hash_key(api_key: str) -> str:

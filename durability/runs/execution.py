@@ -40,7 +40,7 @@ from durability.runs.vocabulary import (
     REASON_TIMEOUT,
     RUN_END_NODE,
 )
-from durability.settings import Retention
+from durability.settings import Retention, parse_duration
 from durability.stores.base import Store
 
 if TYPE_CHECKING:

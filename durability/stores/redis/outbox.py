@@ -227,7 +227,9 @@ class RedisOutbox(Outbox):
         store.run(
             "forget a connection", lambda _r: store.client.hdel(store.keys.connections, project_id)
         )
-        store.run("forget a connection", lambda _r: store.client.hdel(store.keys.drains, project_id))
+        store.run(
+            "forget a connection", lambda _r: store.client.hdel(store.keys.drains, project_id)
+        )
         store.refresh_replicating()
         if not store.store_replicates():
             self._apply_expiry()

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 from durability._util import chunks
 from durability.stores.redis import documents as docs
 from durability.stores.redis.keys import thread_tag
-from durability.stores.rows import Select
 from durability.stores.redis.sweep_lock import RedisSweepLock
-from durability.stores.sweep_lock import SweepLock
+from durability.stores.rows import Select
 from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
@@ -24,6 +23,7 @@ from durability.stores.scans import (
     column_chunks,
     thread_row,
 )
+from durability.stores.sweep_lock import SweepLock
 
 if TYPE_CHECKING:
     from durability.stores.redis.store import RedisStore

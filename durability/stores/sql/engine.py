@@ -108,7 +108,7 @@ class Database:
         self._local: threading.local | None = (
             threading.local() if self.sqlite and engine is None else None
         )
-        self._sqlite_path = sa_url.database or ""
+        self.path = sa_url.database or ""
         self._locals: dict[int, tuple[threading.Thread, sqlite3.Connection]] = {}
         self._locals_lock = threading.Lock()
         self._pid = os.getpid()
@@ -261,7 +261,7 @@ class Database:
         assert local is not None
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self._sqlite_path, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._on_sqlite_connect(conn, None)
             with self._locals_lock:
                 for key, (thread, old) in list(self._locals.items()):

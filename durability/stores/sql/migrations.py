@@ -23,8 +23,8 @@ from durability.stores.sql.schema import (
     connections,
     meta_table,
     migrations_table,
-    sweep_lock_table,
     parks,
+    sweep_lock_table,
     threads,
     writes,
 )

@@ -246,7 +246,9 @@ class SQLOutbox(Outbox):
         with db.one("summarise the outbox") as conn:
             for project, rows, size, oldest in conn.exec_driver_sql(pending):
                 totals.setdefault(project, {}).update(
-                    pending=int(rows), pending_bytes=int(size or 0), oldest_pending_at=time_of(oldest)
+                    pending=int(rows),
+                    pending_bytes=int(size or 0),
+                    oldest_pending_at=time_of(oldest),
                 )
             for project, rows in conn.exec_driver_sql(quarantined):
                 totals.setdefault(project, {})["quarantined"] = int(rows)

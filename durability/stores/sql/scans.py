@@ -15,8 +15,6 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros
 from durability.model import Deleted, Lease, ThreadRecord
-from durability.stores.sql.sweep_lock import SQLSweepLock
-from durability.stores.sweep_lock import SweepLock
 from durability.stores.scans import (
     OUTBOX_COLUMNS,
     THREAD_COLUMNS,
@@ -37,6 +35,8 @@ from durability.stores.sql.schema import (
     time_of,
     writes,
 )
+from durability.stores.sql.sweep_lock import SQLSweepLock
+from durability.stores.sweep_lock import SweepLock
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore

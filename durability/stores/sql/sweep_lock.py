@@ -49,7 +49,12 @@ class SQLSweepLock(SweepLock):
         with self.store.db.write("take the sweep lock") as conn:
             row = conn.execute(table.select().where(table.c.name == "sweep")).first()
             current = None if row is None else Holder.from_json(row.holder)
-            if current is not None and row.expires_at > time.time() and not current.gone():
+            if (
+                row is not None
+                and current is not None
+                and row.expires_at > time.time()
+                and not current.gone()
+            ):
                 return current
             self._write(table, conn)
         return None
