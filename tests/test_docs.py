@@ -120,7 +120,8 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         assert f"durability {command}" in cli, command
     api = (site / "reference" / "api" / "stores" / "index.html").read_text()
     assert "put_many" in api
-    assert "claim_park" in api
+    assert "record_run_start" in api  # the ledger capability
+    assert "check_can_park" in api  # the parks capability
 
 
 def test_every_decision_record_is_short_and_in_sections() -> None:

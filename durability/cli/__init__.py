@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from durability._extras import missing_extra
 from durability._version import __version__
 from durability.cli import (
     demo,
@@ -39,5 +40,13 @@ for module in (demo, lab, report, store, threads, runs, restore, outbox, plane, 
 
 
 def main() -> None:
-    """Entry point of the ``durability`` script."""
-    cli(prog_name="durability")
+    """Entry point of the ``durability`` script; a command whose extra is not installed says
+    which one to install instead of showing a traceback."""
+    try:
+        cli(prog_name="durability")
+    except ModuleNotFoundError as exc:
+        refusal = missing_extra(exc, "this command")
+        if refusal is exc:
+            raise
+        click.echo(f"Error: {refusal}", err=True)
+        raise SystemExit(1) from None

@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import click
 
-from durability._extras import missing_extra
 from durability.errors import DurabilityError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,8 +55,6 @@ def friendly_errors() -> Iterator[None]:
         yield
     except DurabilityError as exc:
         raise click.ClickException(str(exc)) from exc
-    except ModuleNotFoundError as exc:  # an extra this command needs is not installed
-        raise click.ClickException(str(missing_extra(exc, "this command"))) from exc
 
 
 def open_store(url: str, **options: Any) -> Any:

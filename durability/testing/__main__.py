@@ -4,7 +4,8 @@
 runs every check that applies to each store (only the core contract's with ``--core``) and
 prints one line per check: ``ok``, ``skip`` (with why it does not apply) or ``FAIL`` (with the
 assertion). The exit status is 1 when any check failed. Each URL must name a location the
-suite may fill and reset (a fresh file, schema or key prefix).
+suite may fill and reset: every check starts by resetting it (a fresh file, schema or key
+prefix; never a store that holds anything of value).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             if reason is not None:
                 print(f"skip {url} {name}: {reason}")
                 continue
+            with target.open() as store:  # each check starts from an empty store
+                store.reset()
             try:
                 check(target)
             except Exception as exc:
