@@ -135,11 +135,12 @@ def test_an_expired_lock_is_taken_over_and_a_live_one_is_not(tmp_path: Path) -> 
     """SQLite: a lock row of another host is respected until its expiry, then taken over."""
     for target in make_target("sqlite", tmp_path):
         with target.open() as store:
+            store.ready()  # the store's migrations create the lock's table
             other = Holder("elsewhere", 4242, time.time(), "their-token")
             lock = store.scans.sweep_lock()
             table = lock._table()  # type: ignore[attr-defined]
             for expires, refused in ((time.time() + 60, True), (time.time() - 1, False)):
-                with store._engine.connect() as conn:  # type: ignore[attr-defined]
+                with store.db.engine.connect() as conn:  # type: ignore[attr-defined]
                     conn.execute(table.delete())
                     conn.execute(
                         table.insert().values(
