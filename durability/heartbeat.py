@@ -14,7 +14,6 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from types import TracebackType
 from typing import Self
 
 from durability.errors import LeaseLost
@@ -86,12 +85,7 @@ class Heartbeat:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.stop()
 
     def _loop(self) -> None:

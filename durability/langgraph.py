@@ -86,7 +86,6 @@ import dataclasses
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 try:
@@ -164,12 +163,7 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.close()
 
     def close(self) -> None:

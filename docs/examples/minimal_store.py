@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from durability.errors import CheckpointConflict
 from durability.model import Deleted, ThreadRecord
-from durability.stores import Store, ThreadPage
+from durability.stores import Store, ThreadPage, rows
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
 
 _ORDER: dict[str, tuple[Any, bool]] = {
@@ -151,21 +151,10 @@ class MinimalStore(Store):
             writes = sum(len(self.data.writes.pop((thread_id, ns, cid), {})) for ns, cid in doomed)
         return Deleted(checkpoints=len(rows) - len(kept), writes=writes)
 
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         with self.data.lock:
-            row = self._find(thread_id, namespace, checkpoint_id)
+            row = self._find(*address)
             if row is None:
                 return False
-            row.size_bytes += len(interrupt_context.encode("utf-8", "surrogatepass"))
-            row.size_bytes -= len(row.interrupt_context.encode("utf-8", "surrogatepass"))
-            row.status, row.interrupt_reason = status, interrupt_reason
-            row.interrupt_context = interrupt_context
+            row.apply(change)  # the new status and context; size_bytes follows
             return True

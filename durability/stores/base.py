@@ -33,7 +33,6 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 from durability import codec
@@ -55,11 +54,13 @@ from durability.stores.ledger import Ledger
 from durability.stores.outbox import Outbox
 from durability.stores.parks import Parks
 from durability.stores.rows import (
+    CheckpointAddress,
     CheckpointKey,
     CheckpointRow,
     EncodedCheckpoint,
     EncodedWrite,
     Select,
+    StatusChange,
     WriteRow,
     stored,
 )
@@ -135,12 +136,7 @@ class Store(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -322,9 +318,8 @@ class Store(ABC):
             {} if interrupt_context is None else interrupt_context, path="interrupt_context"
         )
         self.ready()
-        return self._set_status(
-            thread_id, namespace, checkpoint_id, status, interrupt_reason, context
-        )
+        change = StatusChange(status, interrupt_reason, context)
+        return self._set_status((thread_id, namespace, checkpoint_id), change)
 
     # ------------------------------------------------------------------ pending writes
 
@@ -565,15 +560,7 @@ class Store(ABC):
         the whole thread: every checkpoint, pending write and record of every capability."""
 
     @abstractmethod
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: CheckpointAddress, change: StatusChange) -> bool:
         """Change one stored row's status and interrupt fields (``size_bytes`` follows the new
         context's length); ``False`` if the row is absent."""
 

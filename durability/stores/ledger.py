@@ -14,20 +14,15 @@ from typing import TYPE_CHECKING
 from durability.errors import ConfigError, InvalidIdError
 from durability.model import Lease, ThreadRecord
 from durability.settings import Retention, due_at, parse_duration
+from durability.stores.capability import Capability
 from durability.stores.ids import check_id, check_thread
 
 if TYPE_CHECKING:
-    from durability.stores.base import Store
+    pass
 
 
-class Ledger(ABC):
+class Ledger(Capability, ABC):
     """Run starts, finished marks and leases of a store's threads."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} of {self.store!r}>"
 
     def record_run_start(
         self,

@@ -20,15 +20,10 @@ from durability.clock import to_micros
 from durability.errors import CheckpointConflict, LeaseHeld, LeaseLost
 from durability.model import Deleted, Lease, ThreadRecord
 from durability.settings import Retention
+from durability.stores import rows
 from durability.stores.base import Store, ThreadPage, conflict_message
 from durability.stores.ledger import Ledger, lease_held_message, lease_lost_message
-from durability.stores.rows import (
-    CheckpointKey,
-    EncodedCheckpoint,
-    EncodedWrite,
-    Select,
-    utf8_len,
-)
+from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
 from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
@@ -153,22 +148,12 @@ class MemoryStore(Store):
                 (ns, cid): list(writes.get((thread_id, ns, cid), {}).values()) for ns, cid in keys
             }
 
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         with self._data.lock:
-            row = self._data.ids.get((thread_id, namespace, checkpoint_id))
+            row = self._data.ids.get(address)
             if row is None:
                 return False
-            row.size_bytes += utf8_len(interrupt_context) - utf8_len(row.interrupt_context)
-            row.status, row.interrupt_reason = status, interrupt_reason
-            row.interrupt_context = interrupt_context
+            row.apply(change)
             return True
 
     # ------------------------------------------------------------------ threads

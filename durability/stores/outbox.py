@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from durability.errors import InvalidIdError
 from durability.model import Checkpoint, OutboxEntry
+from durability.stores.capability import Capability
 from durability.stores.ids import check_id, check_thread
 from durability.stores.rows import EncodedCheckpoint
 
 if TYPE_CHECKING:
-    from durability.stores.base import Store
+    pass
 
 #: An outbox row's identity: the thread and the checkpoint's ``seq``.
 RowKey = tuple[str, int]
@@ -65,14 +66,19 @@ class OutboxSummary:
     quarantined: int = 0
 
 
-class Outbox(ABC):
+@dataclass(frozen=True, slots=True)
+class EntryQuery:
+    """Which outbox entries :meth:`Outbox._entries` returns (``None``: any)."""
+
+    state: str | None = None
+    project_id: str | None = None
+    thread_id: str | None = None
+    after_seq: int | None = None
+    limit: int | None = None
+
+
+class Outbox(Capability, ABC):
     """The replication state of a store's checkpoints and its connection records."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} of {self.store!r}>"
 
     def fetch_unsynced(
         self, *, limit: int = 200, max_bytes: int | None = None, project_id: str | None = None
@@ -145,7 +151,7 @@ class Outbox(ABC):
         if thread_id is not None:
             check_thread(thread_id, "", "list the outbox")
         self.store.ready()
-        return self._entries(state, project_id, thread_id, after_seq, limit)
+        return self._entries(EntryQuery(state, project_id, thread_id, after_seq, limit))
 
     __call__ = entries  # ``store.outbox(state=…)`` reads as it did when it was a store method
 
@@ -228,14 +234,7 @@ class Outbox(ABC):
         """Make quarantined rows pending again (all of them for ``None``); how many."""
 
     @abstractmethod
-    def _entries(
-        self,
-        state: str | None,
-        project_id: str | None,
-        thread_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> list[OutboxEntry]:
+    def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
         """Entries in write order, filtered as asked."""
 
     @abstractmethod
@@ -261,7 +260,7 @@ class Outbox(ABC):
     def _summary(self) -> list[OutboxSummary]:
         totals: dict[str, list[Any]] = {}
         for state in ("pending", "quarantined"):
-            for e in self._entries(state, None, None, None, None):
+            for e in self._entries(EntryQuery(state)):
                 t = totals.setdefault(e.project_id, [0, 0, None, 0])
                 if state == "quarantined":
                     t[3] += 1
@@ -274,7 +273,7 @@ class Outbox(ABC):
     def _unreplicated(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for state in ("pending", "quarantined"):
-            for entry in self._entries(state, None, None, None, None):
+            for entry in self._entries(EntryQuery(state)):
                 counts[entry.thread_id] = counts.get(entry.thread_id, 0) + 1
         return counts
 

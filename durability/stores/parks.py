@@ -16,6 +16,7 @@ from durability._util import redact_url, short
 from durability.errors import ParkRefused
 from durability.model import INTERRUPTED, STEP_HITL_PAUSE, Checkpoint, Park
 from durability.settings import check_park_deadline
+from durability.stores.capability import Capability
 from durability.stores.ids import check_thread
 from durability.stores.ledger import retention_of
 from durability.stores.rows import EncodedCheckpoint, stored
@@ -24,14 +25,8 @@ if TYPE_CHECKING:
     from durability.stores.base import Store
 
 
-class Parks(ABC):
+class Parks(Capability, ABC):
     """The pending parks of a store's threads: at most one per thread."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} of {self.store!r}>"
 
     def park(
         self,

@@ -130,6 +130,12 @@ class EncodedCheckpoint:
             values[name] = codec.loads(getattr(self, name), path=name)
         return Checkpoint(**values, seq=self.seq, size_bytes=self.size_bytes)
 
+    def apply(self, change: StatusChange) -> None:
+        """Take ``change``'s status and interrupt fields (``size_bytes`` follows the context)."""
+        self.size_bytes += utf8_len(change.interrupt_context) - utf8_len(self.interrupt_context)
+        self.status, self.interrupt_reason = change.status, change.interrupt_reason
+        self.interrupt_context = change.interrupt_context
+
     def values(self) -> tuple[object, ...]:
         """The stored fields in :data:`STORED_FIELDS` order."""
         return tuple(getattr(self, name) for name in STORED_FIELDS)
@@ -252,6 +258,18 @@ class Select:
 
 #: A checkpoint's address inside its thread: ``(namespace, checkpoint_id)``.
 CheckpointKey = tuple[str, str]
+
+#: A checkpoint's address in a store: ``(thread_id, namespace, checkpoint_id)``.
+CheckpointAddress = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A stored checkpoint's new status and interrupt fields (the context as codec text)."""
+
+    status: str
+    interrupt_reason: str | None
+    interrupt_context: str
 
 
 def stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:

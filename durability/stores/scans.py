@@ -12,19 +12,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from durability import codec
 from durability.clock import to_micros
 from durability.errors import InvalidIdError
 from durability.model import Deleted, ThreadRecord
+from durability.stores.capability import Capability
 from durability.stores.ids import check_id, check_ids, check_thread
-from durability.stores.rows import CheckpointRow, EncodedCheckpoint, Select
+from durability.stores.outbox import EntryQuery, RowKey
+from durability.stores.rows import CheckpointAddress, CheckpointRow, EncodedCheckpoint, Select
 from durability.stores.sweep_lock import MemorySweepLock, SweepLock
-
-if TYPE_CHECKING:
-    from durability.stores.base import Store
-    from durability.stores.outbox import RowKey
 
 #: A chunk of an analysis read: column name -> that column's values, a numpy object array.
 Columns = dict[str, Any]
@@ -84,18 +82,9 @@ OUTBOX_COLUMNS = (
     "last_error",
 )
 
-#: A run end's address: ``(thread_id, namespace, checkpoint_id)``.
-CheckpointAddress = tuple[str, str, str]
 
-
-class Scans:
+class Scans(Capability):
     """Whole-store reads for the frames and the sweep, built on the core contract."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} of {self.store!r}>"
 
     # ------------------------------------------------------------------ analysis reads
 
@@ -258,7 +247,7 @@ class Scans:
         outbox = self.store.outbox
         if outbox is None:
             return None
-        entries = outbox._entries(None, None, thread_id, None, None)
+        entries = outbox._entries(EntryQuery(thread_id=thread_id))
         return {(e.thread_id, e.seq): (e.synced, e.sync_error) for e in entries}
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
@@ -271,7 +260,7 @@ class Scans:
 
     def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
         assert self.store.outbox is not None
-        entries = self.store.outbox._entries(None, None, None, None, None)
+        entries = self.store.outbox._entries(EntryQuery())
         rows = (
             (
                 e.thread_id,

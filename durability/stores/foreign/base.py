@@ -41,6 +41,7 @@ from durability.errors import (
     StoreUnavailable,
 )
 from durability.model import Checkpoint, Deleted, Park, PendingWrite
+from durability.stores import rows
 from durability.stores.base import Store
 from durability.stores.outbox import ConnectionRecord, Outbox, RowKey
 from durability.stores.parks import Parks
@@ -250,15 +251,7 @@ class ForeignStore(Store):
     def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
         raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
 
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         raise self.refuse("change a checkpoint's status")
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,11 +58,11 @@ from durability.stores.foreign.base import (
     WrittenRow,
     parse_time,
 )
-from durability.stores.rows import CheckpointKey, Select
+from durability.stores.outbox import EntryQuery
+from durability.stores.rows import CheckpointAddress, CheckpointKey, Select
 from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
-    CheckpointAddress,
     Columns,
     Scans,
     column_chunks,
@@ -259,14 +260,8 @@ class FastAIAgentOutbox(ForeignOutbox):
 
     store: FastAIAgentStore
 
-    def _entries(
-        self,
-        state: str | None,
-        project_id: str | None,
-        thread_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> list[OutboxEntry]:
+    def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
+        state, project_id, thread_id, after_seq, limit = astuple(query)
         postgres = self.store.dialect == "postgres"
         synced = "synced" if postgres else "synced = 1"
         clauses = {

@@ -8,6 +8,7 @@ unsent row's document and state outlive its thread's expiry, until the plane has
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import astuple
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ import orjson
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, Outbox, RowKey
+from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, RowKey
 from durability.stores.redis import documents as docs
 from durability.stores.redis.keys import IndexOps, member, member_seq, member_tag, thread_tag
 from durability.stores.rows import EncodedCheckpoint
@@ -159,14 +160,8 @@ class RedisOutbox(Outbox):
         store.index("index released rows", add=add, remove=remove)
         return len(add.outbox)
 
-    def _entries(
-        self,
-        state: str | None,
-        project_id: str | None,
-        thread_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> list[OutboxEntry]:
+    def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
+        state, project_id, thread_id, after_seq, limit = astuple(query)
         tags = [thread_tag(thread_id)] if thread_id is not None else self._tags(state)
         entries: list[tuple[int, OutboxEntry]] = []
         if tags:

@@ -13,11 +13,10 @@ from durability._util import chunks
 from durability.stores.redis import documents as docs
 from durability.stores.redis.keys import thread_tag
 from durability.stores.redis.sweep_lock import RedisSweepLock
-from durability.stores.rows import Select
+from durability.stores.rows import CheckpointAddress, Select
 from durability.stores.scans import (
     CHECKPOINT_COLUMNS,
     THREAD_COLUMNS,
-    CheckpointAddress,
     Columns,
     Scans,
     column_chunks,

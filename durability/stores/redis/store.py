@@ -38,6 +38,7 @@ from durability.errors import (
     StoreUnavailable,
 )
 from durability.model import Deleted, ThreadRecord
+from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.redis import documents as docs
 from durability.stores.redis import reconcile
@@ -53,7 +54,7 @@ from durability.stores.redis.ledger import RedisLedger, RedisParks
 from durability.stores.redis.outbox import RedisOutbox
 from durability.stores.redis.scans import RedisScans
 from durability.stores.redis.scripts import THREAD_KEYS, source
-from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
+from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
 
 T = TypeVar("T")
 
@@ -486,15 +487,8 @@ class RedisStore(Store):
             ]
         return found
 
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
+        thread_id, namespace, checkpoint_id = address
         tag, action = thread_tag(thread_id), "change a checkpoint's status"
         # Documents are written whole: read, change, and write back only if nobody changed it
         # in between (only another set_status on the same checkpoint can).
@@ -503,11 +497,10 @@ class RedisStore(Store):
             row = docs.hit(found)
             if row is None or row.thread_id != thread_id:
                 return False
-            change = utf8_len(interrupt_context) - utf8_len(row.interrupt_context)
-            row.status, row.interrupt_reason = status, interrupt_reason
-            row.interrupt_context = interrupt_context
-            row.size_bytes += change
-            if self.eval(action, "set_doc", tag, [found[0], found[1], docs.doc(row), change]):
+            size = row.size_bytes
+            row.apply(change)
+            args = [found[0], found[1], docs.doc(row), row.size_bytes - size]
+            if self.eval(action, "set_doc", tag, args):
                 self.index("index a thread", add=IndexOps(threads={tag: 0}))
                 return True
         raise StoreError(

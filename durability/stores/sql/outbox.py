@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, Outbox, OutboxSummary, RowKey
+from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, OutboxSummary, RowKey
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
@@ -141,32 +141,26 @@ class SQLOutbox(Outbox):
             return total
 
     @reconnecting
-    def _entries(
-        self,
-        state: str | None,
-        project_id: str | None,
-        thread_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> list[OutboxEntry]:
+    def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
         c = checkpoints.c
-        query = sa.select(*(c[name] for name in _ENTRY_COLUMNS)).order_by(c.seq)
-        if state == "pending":
-            query = query.where(not_synced)
-        elif state == "synced":
-            query = query.where(c.synced, c.sync_error.is_(None))
-        elif state == "quarantined":
-            query = query.where(quarantined)
-        if project_id is not None:
-            query = query.where(c.project_id == project_id)
-        if thread_id is not None:
-            query = query.where(*where_thread(thread_id))
-        if after_seq is not None:
-            query = query.where(c.seq > after_seq)
-        if limit is not None:
-            query = query.limit(limit)
+        select = sa.select(*(c[name] for name in _ENTRY_COLUMNS)).order_by(c.seq)
+        state_clause = {
+            "pending": (not_synced,),
+            "synced": (c.synced, c.sync_error.is_(None)),
+            "quarantined": (quarantined,),
+        }
+        if query.state is not None:
+            select = select.where(*state_clause[query.state])
+        if query.project_id is not None:
+            select = select.where(c.project_id == query.project_id)
+        if query.thread_id is not None:
+            select = select.where(*where_thread(query.thread_id))
+        if query.after_seq is not None:
+            select = select.where(c.seq > query.after_seq)
+        if query.limit is not None:
+            select = select.limit(query.limit)
         with self.store.db.one("read the outbox") as conn:
-            return [_entry(r) for r in conn.execute(query)]
+            return [_entry(r) for r in conn.execute(select)]
 
     @reconnecting
     def _unreplicated(self) -> dict[str, int]:

@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros
 from durability.model import Deleted, Lease, ThreadRecord
+from durability.stores.rows import CheckpointAddress
 from durability.stores.scans import (
     OUTBOX_COLUMNS,
     THREAD_COLUMNS,
-    CheckpointAddress,
     Columns,
     Scans,
     SweepColumns,

@@ -19,6 +19,7 @@ from durability._util import chunks
 from durability.clock import to_micros
 from durability.errors import CheckpointConflict, StoreError, StoreUnavailable
 from durability.model import Deleted, ThreadRecord
+from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
 from durability.stores.sql.engine import (
@@ -284,15 +285,8 @@ class SQLStore(Store):
         return found
 
     @reconnecting
-    def _set_status(
-        self,
-        thread_id: str,
-        namespace: str,
-        checkpoint_id: str,
-        status: str,
-        interrupt_reason: str | None,
-        interrupt_context: str,
-    ) -> bool:
+    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
+        thread_id, namespace, checkpoint_id = address
         where = (
             *where_thread(thread_id),
             checkpoints.c.ckey == checkpoint_key(thread_id, namespace, checkpoint_id),
@@ -305,14 +299,15 @@ class SQLStore(Store):
             ).first()
             if row is None:
                 return False
-            size = row.size_bytes + utf8_len(interrupt_context) - utf8_len(row.interrupt_context)
+            size = row.size_bytes + utf8_len(change.interrupt_context)
+            size -= utf8_len(row.interrupt_context)
             conn.execute(
                 checkpoints.update()
                 .where(*where)
                 .values(
-                    status=status,
-                    interrupt_reason=interrupt_reason,
-                    interrupt_context=interrupt_context,
+                    status=change.status,
+                    interrupt_reason=change.interrupt_reason,
+                    interrupt_context=change.interrupt_context,
                     size_bytes=size,
                 )
             )
