@@ -20,7 +20,7 @@ from durability.cli._common import (
 from durability.humanize import format_age, format_bytes
 
 if TYPE_CHECKING:
-    from durability.replication.outbox import ProjectOutbox
+    from durability.replication.status import ProjectOutbox
 
 
 def register(cli: click.Group) -> None:
@@ -42,7 +42,8 @@ def status(url: str, as_json: bool) -> None:
     long ago its drain was last seen (no drain for minutes: the process that connected has
     gone, and its record was left open), "disconnected" (its rows wait for the next connect) or
     "no connection" (never connected, or forgotten). --json keeps numbers (bytes, seconds)."""
-    from durability.replication.outbox import outbox_status, supports_outbox
+    from durability.replication.outbox import supports_outbox
+    from durability.replication.status import outbox_status
 
     with friendly_errors(), open_store(url) as store:
         if not supports_outbox(store):
@@ -215,7 +216,7 @@ def forget(url: str, project_id: str, force: bool, as_json: bool) -> None:
 @json_option
 def release(url: str, checkpoint_ids: tuple[str, ...], as_json: bool) -> None:
     """Put quarantined rows back in the outbox (those CHECKPOINT_IDS, or all of them) to be sent again."""
-    from durability.replication.outbox import keys_of
+    from durability.replication.status import keys_of
 
     with friendly_errors(), open_store(url) as store:
         quarantined = store.outbox(state="quarantined")

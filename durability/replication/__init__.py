@@ -24,16 +24,8 @@ from durability.replication.connection import (
     database_key,
     disconnect,
 )
-from durability.replication.outbox import (
-    Backoff,
-    DrainReport,
-    DrainWorker,
-    PlaneLimits,
-    ProjectOutbox,
-    drain_once,
-    outbox_status,
-    supports_outbox,
-)
+from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
+from durability.replication.status import ProjectOutbox, outbox_status
 from durability.replication.wire import (
     CLEAR,
     CODEC_MARK,
@@ -45,6 +37,7 @@ from durability.replication.wire import (
     resource_type,
     was_stripped,
 )
+from durability.replication.worker import Backoff, DrainWorker
 
 __all__ = [
     "CLEAR",

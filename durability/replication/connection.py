@@ -32,15 +32,9 @@ import httpx
 from durability._util import redact_url
 from durability.errors import ReplicationError
 from durability.replication.client import IngestAnswer, PlaneClient
-from durability.replication.outbox import (
-    Backoff,
-    DrainReport,
-    DrainWorker,
-    PlaneLimits,
-    drain_once,
-    supports_outbox,
-)
+from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
 from durability.replication.wire import CLEAR, ROW_KEY, PayloadEncoder
+from durability.replication.worker import Backoff, DrainWorker
 from durability.stores.base import Store
 
 logger = logging.getLogger("durability.replication")

@@ -56,7 +56,8 @@ when the store is connected (``connection=``, or an active connection of the sto
 ``DURABILITY_RESTORE_FROM_PLANE`` allows it (see :mod:`durability.restore`), and refused
 otherwise.
 
-The package: :mod:`~durability.runs.definitions` (runners, flows, agent steps),
+The package: :mod:`~durability.runs.definitions` (runners), :mod:`~durability.runs.flows`
+(flows and agent steps),
 :mod:`~durability.runs.execution` (a run in progress), :mod:`~durability.runs.inventory`
 (locating, listing and loading runs), :mod:`~durability.runs.vocabulary` (names and reasons).
 """
@@ -64,8 +65,9 @@ The package: :mod:`~durability.runs.definitions` (runners, flows, agent steps),
 from __future__ import annotations
 
 from durability.model import PARK_DEADLINE, RUN_METADATA
-from durability.runs.definitions import AgentNode, Flow, Runner, Step, load_runner
+from durability.runs.definitions import Runner, Step, load_runner
 from durability.runs.execution import RunContext, RunControl, RunResult
+from durability.runs.flows import AgentNode, Flow
 from durability.runs.inventory import RunInfo, list_runs, locate_thread, read_thread
 from durability.runs.vocabulary import (
     MAX_ERROR_TEXT,

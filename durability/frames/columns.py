@@ -1,0 +1,225 @@
+"""The frames' columns and dtypes (:data:`COLUMNS`, one place), and the helpers that turn a
+store's column chunks into typed pandas columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from durability._extras import missing_extra
+from durability.clock import as_utc
+from durability.stores.base import Store
+from durability.stores.scans import Columns
+from durability.sweep import PLAN_COLUMNS
+
+if TYPE_CHECKING:
+    pass
+
+
+try:
+    import numpy as np
+    import pandas as pd
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.frames") from exc
+
+
+TIME: Final = "datetime64[ns, UTC]"
+
+
+SPAN: Final = "timedelta64[ns]"
+
+
+#: Every frame's columns and their dtypes: frame name -> column -> dtype (as ``str(dtype)``).
+COLUMNS: dict[str, dict[str, str]] = {
+    "checkpoints": {
+        "thread_id": "string",
+        "namespace": "string",
+        "run_id": "string",
+        "checkpoint_id": "string",
+        "seq": "Int64",
+        "node_id": "string",
+        "step": "Int64",
+        "step_type": "string",
+        "status": "category",
+        "created_at": TIME,
+        "size_bytes": "int64",
+        "synced": "boolean",
+        "sync_error": "string",
+    },
+    "threads": {
+        "thread_id": "string",
+        "owner": "string",
+        "run_id": "string",
+        "status": "category",
+        "checkpoints": "int64",
+        "size_bytes": "int64",
+        "first_at": TIME,
+        "newest_at": TIME,
+        "started_at": TIME,
+        "finished_at": TIME,
+        "due_at": TIME,
+        "declared_waiting": SPAN,
+        "declared_finished": SPAN,
+        "max_idle_gap": SPAN,
+        "lease_holder": "string",
+        "lease_expires_at": TIME,
+        "parked": "bool",
+        "park_deadline": TIME,
+        "unreplicated": "int64",
+    },
+    "outbox": {
+        "thread_id": "string",
+        "namespace": "string",
+        "checkpoint_id": "string",
+        "seq": "Int64",
+        "project_id": "string",
+        "created_at": TIME,
+        "synced_at": TIME,
+        "size_bytes": "int64",
+        "state": "category",
+        "attempts": "int64",
+        "last_error": "string",
+        "sync_error": "string",
+        "age": SPAN,
+    },
+    "backlog": {
+        "time": TIME,
+        "pending": "int64",
+        "oldest_pending_age": SPAN,
+    },
+    "parks": {
+        "thread_id": "string",
+        "run_id": "string",
+        "node_id": "string",
+        "reason": "string",
+        "created_at": TIME,
+        "deadline": TIME,
+        "deadline_source": "string",
+        "time_left": SPAN,
+        "expired": "bool",
+    },
+    "retention": dict(PLAN_COLUMNS),
+    "runs": {
+        "run_id": "string",
+        "thread_id": "string",
+        "runner": "string",
+        "status": "category",
+        "started_at": TIME,
+        "ended_at": TIME,
+        "steps": "int64",
+        "duration": SPAN,
+        "reason": "string",
+        "error": "string",
+    },
+}
+
+
+#: The extra column :func:`checkpoints` adds with ``decode_state=True``.
+STATE_COLUMN = {"state": "object"}
+
+
+#: The categories of ``outbox.state``.
+OUTBOX_STATES = ("pending", "synced", "quarantined")
+
+
+#: The categories of ``runs.status``.
+RUN_STATUSES = ("completed", "failed", "parked", "running", "stalled", "abandoned")
+
+
+NAT = np.iinfo(np.int64).min
+
+
+def collect(chunks: Iterable[Columns], names: Sequence[str]) -> Columns:
+    """Concatenate the store's column chunks (numpy object arrays) into one array per column."""
+    parts: dict[str, list[Any]] = {name: [] for name in names}
+    for chunk in chunks:
+        for name in names:
+            parts[name].append(chunk[name])
+    return {name: joined(found) for name, found in parts.items()}
+
+
+def joined(parts: list[Any]) -> Any:
+    if not parts:
+        return np.empty(0, dtype=object)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def moment(store: Store, now: datetime | None) -> datetime:
+    return as_utc(now) if now is not None else store.clock()
+
+
+def micros_of(value: datetime) -> int:
+    from durability.clock import to_micros
+
+    return to_micros(value)
+
+
+def strings(values: Sequence[Any]) -> Any:
+    return pd.array(np.asarray(values, dtype=object), dtype="string")
+
+
+def booleans(values: Sequence[Any]) -> Any:
+    # SQLite answers 0/1 for a boolean column.
+    return pd.array([None if v is None else bool(v) for v in values], dtype="boolean")
+
+
+def ints(values: Sequence[int]) -> np.ndarray[Any, Any]:
+    return np.asarray(values, dtype="int64")
+
+
+def nullable_ints(values: Sequence[int | None]) -> Any:
+    raw = np.asarray(values, dtype=object)
+    missing = pd.isna(raw)
+    filled = np.where(missing, 0, raw).astype(np.int64) if missing.any() else raw.astype(np.int64)
+    return pd.arrays.IntegerArray(filled, missing)
+
+
+def categories(values: Sequence[str | None]) -> pd.Categorical:
+    return pd.Categorical(np.asarray(values, dtype=object))
+
+
+def nanos(values: Sequence[int | None]) -> np.ndarray[Any, Any]:
+    """Microseconds (``None`` allowed) as int64 nanoseconds, ``None`` as NaT's integer."""
+    raw = np.asarray(values, dtype=object)
+    try:  # the common case, nothing missing: one cast
+        return raw.astype(np.int64) * 1000
+    except TypeError:
+        pass
+    missing = pd.isna(raw)
+    result = np.where(missing, 0, raw).astype(np.int64) * 1000
+    result[missing] = NAT
+    return result
+
+
+def times(values: Sequence[int | None]) -> Any:
+    return pd.array(cast(Any, nanos(values).view("M8[ns]")), dtype="datetime64[ns]").tz_localize(
+        "UTC"
+    )
+
+
+def spans(values: Sequence[int | None]) -> Any:
+    return pd.array(cast(Any, nanos(values).view("m8[ns]")), dtype=SPAN)
+
+
+def in_write_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows by ``seq``, ties (Redis counts ``seq`` per thread) by thread id.
+
+    SQL and memory stores already answer in ``seq`` order, which is checked, not sorted again.
+    """
+    seq = frame["seq"].to_numpy(dtype="int64", na_value=0)
+    if len(seq) < 2 or bool((seq[1:] > seq[:-1]).all()):
+        return frame.reset_index(drop=True)
+    codes, _ = pd.factorize(frame["thread_id"], sort=True)
+    return frame.take(np.lexsort((codes, seq))).reset_index(drop=True)
+
+
+def in_order(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    if len(frame) < 2:
+        return frame.reset_index(drop=True)
+    return frame.sort_values(by, kind="stable", ignore_index=True)
+
+
+def empty(name: str) -> pd.DataFrame:
+    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in COLUMNS[name].items()})

@@ -1,0 +1,334 @@
+"""Frames of a store's own records: checkpoints, threads, the outbox and its backlog over time,
+the retention plan, and parks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from durability._extras import missing_extra
+from durability.clock import as_utc
+from durability.errors import CapabilityError, ConfigError
+
+try:
+    import numpy as np
+    import pandas as pd
+except ModuleNotFoundError as exc:  # the notebook extra
+    raise missing_extra(exc, "durability.frames") from exc
+
+from durability.frames.columns import (
+    NAT,
+    OUTBOX_STATES,
+    SPAN,
+    booleans,
+    categories,
+    collect,
+    empty,
+    in_order,
+    in_write_order,
+    ints,
+    micros_of,
+    moment,
+    nanos,
+    nullable_ints,
+    spans,
+    strings,
+    times,
+)
+from durability.stores.base import Store
+from durability.stores.parks import pending_parks
+from durability.stores.scans import CHECKPOINT_COLUMNS, OUTBOX_COLUMNS, THREAD_COLUMNS, Columns
+from durability.sweep import plan_sweep
+
+if TYPE_CHECKING:
+    from durability.settings import Settings
+
+
+def checkpoints(
+    store: Store, *, thread_id: str | None = None, decode_state: bool = False
+) -> pd.DataFrame:
+    """One row per checkpoint (``COLUMNS["checkpoints"]``), in write order (``seq``).
+
+    On Redis, whose ``seq`` counts per thread, rows of equal ``seq`` are in thread id order.
+
+    Args:
+        store: Any open store.
+        thread_id: Only this thread's checkpoints.
+        decode_state: Add a ``state`` column (object) with each checkpoint's decoded state;
+            the only frame option that decodes a payload (it reads every thread's history).
+    """
+    names = CHECKPOINT_COLUMNS[:-1]  # all but runner
+    cols = collect(store.checkpoint_columns(thread_id, columns=names), names)
+    frame = pd.DataFrame(
+        {
+            "thread_id": strings(cols["thread_id"]),
+            "namespace": strings(cols["namespace"]),
+            "run_id": strings(cols["run_id"]),
+            "checkpoint_id": strings(cols["checkpoint_id"]),
+            "seq": nullable_ints(cols["seq"]),
+            "node_id": strings(cols["node_id"]),
+            "step": nullable_ints(cols["step"]),
+            "step_type": strings(cols["step_type"]),
+            "status": categories(cols["status"]),
+            "created_at": times(cols["created_at"]),
+            "size_bytes": ints(cols["size_bytes"]),
+            "synced": booleans(cols["synced"]),
+            "sync_error": strings(cols["sync_error"]),
+        },
+        copy=False,
+    )
+    frame = in_write_order(frame)
+    if decode_state:
+        frame["state"] = _states(store, frame)
+    return frame
+
+
+def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
+    """One row per thread (``COLUMNS["threads"]``), in thread id order.
+
+    ``now`` (default: the store's clock) decides which leases are live and which parks unexpired;
+    ``unreplicated`` is read from the outbox as it is (it does not depend on ``now``).
+    """
+    at = moment(store, now)
+    cols = collect(store.thread_columns(), THREAD_COLUMNS)
+    at_us = micros_of(at)
+    lease_live = [e is not None and e > at_us for e in cols["lease_expires_at"]]
+    pending = {p.thread_id: p.deadline for p in pending_parks(store)}
+    deadlines = [pending.get(t) for t in cols["thread_id"]]
+    missing = store.unreplicated() if store.replicates else {}
+    frame = pd.DataFrame(
+        {
+            "thread_id": strings(cols["thread_id"]),
+            "owner": strings(cols["owner"]),
+            "run_id": strings(
+                [
+                    r if r is not None else n
+                    for r, n in zip(cols["run_id"], cols["newest_run_id"], strict=True)
+                ]
+            ),
+            "status": categories(cols["status"]),
+            "checkpoints": ints(cols["checkpoints"]),
+            "size_bytes": ints(cols["size_bytes"]),
+            "first_at": times(cols["first_at"]),
+            "newest_at": times(cols["newest_at"]),
+            "started_at": times(cols["started_at"]),
+            "finished_at": times(cols["finished_at"]),
+            "due_at": times(cols["due_at"]),
+            "declared_waiting": spans(cols["declared_waiting"]),
+            "declared_finished": spans(cols["declared_finished"]),
+            "max_idle_gap": spans(cols["max_idle_gap"]),
+            "lease_holder": strings(
+                [
+                    h if live else None
+                    for h, live in zip(cols["lease_holder"], lease_live, strict=True)
+                ]
+            ),
+            "lease_expires_at": times(
+                [
+                    e if live else None
+                    for e, live in zip(cols["lease_expires_at"], lease_live, strict=True)
+                ]
+            ),
+            "parked": np.array([d is not None and d > at for d in deadlines], dtype=bool),
+            "park_deadline": times([micros_of(d) if d is not None else None for d in deadlines]),
+            "unreplicated": ints([missing.get(t, 0) for t in cols["thread_id"]]),
+        }
+    )
+    return in_order(frame, ["thread_id"])
+
+
+def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
+    """One row per outbox entry (``COLUMNS["outbox"]``), oldest first; empty if the store keeps none.
+
+    ``state`` is ``pending``, ``synced`` or ``quarantined`` (``sync_error`` then holds the
+    plane's explanation); ``age`` is measured at ``now`` (default: the store's clock).
+    """
+    at = moment(store, now)
+    cols = _outbox_cols(store)
+    created = times(cols["created_at"])
+    synced_at = times(cols["synced_at"])
+    synced = np.array(cols["synced"], dtype=bool).reshape(-1)
+    quarantined = synced & np.array([e is not None for e in cols["sync_error"]], dtype=bool)
+    state = np.where(synced, np.where(quarantined, "quarantined", "synced"), "pending")
+    age = pd.Series(synced_at, copy=False).where(
+        pd.Series(synced, copy=False), pd.Timestamp(at)
+    ) - pd.Series(created, copy=False)
+    frame = pd.DataFrame(
+        {
+            "thread_id": strings(cols["thread_id"]),
+            "namespace": strings(cols["namespace"]),
+            "checkpoint_id": strings(cols["checkpoint_id"]),
+            "seq": nullable_ints(cols["seq"]),
+            "project_id": strings(cols["project_id"]),
+            "created_at": created,
+            "synced_at": synced_at,
+            "size_bytes": ints(cols["size_bytes"]),
+            "state": pd.Categorical(state, categories=OUTBOX_STATES),
+            "attempts": ints(cols["attempts"]),
+            "last_error": strings(cols["last_error"]),
+            "sync_error": strings(cols["sync_error"]),
+            "age": age.astype(SPAN).array,
+        }
+    )
+    return in_order(frame, ["created_at", "thread_id", "seq"])
+
+
+def backlog(
+    store: Store,
+    freq: str = "1h",
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> pd.DataFrame:
+    """The outbox backlog over time (``COLUMNS["backlog"]``): one row per instant of a grid.
+
+    The grid runs every ``freq`` (a pandas offset such as ``"15min"``, ``"1h"``, ``"1D"``)
+    from ``start`` (default: the oldest row's ``created_at``, floored to ``freq``) to ``end``
+    (default: the store's clock). ``pending`` counts the rows pending at each instant (written,
+    not yet taken or refused by the plane); ``oldest_pending_age`` is the age of the oldest of
+    them (``NaT`` when none). Empty when the store keeps no outbox, or holds no rows and no
+    ``start`` is given.
+    """
+    if not _keeps_outbox(store):
+        return empty("backlog")
+    cols = _outbox_cols(store)
+    created = nanos(cols["created_at"])
+    left = nanos(cols["synced_at"])
+    synced = np.array(cols["synced"], dtype=bool)
+    # Synced with no recorded time: when it stopped pending is unknown, so it never counts.
+    keep = ~(synced & (left == NAT))
+    created, left = created[keep], left[keep]
+    left = np.where(left == NAT, np.iinfo(np.int64).max, left)
+    if start is None and not len(created):
+        return empty("backlog")
+    try:
+        first = (
+            pd.Timestamp(as_utc(start))
+            if start is not None
+            else pd.Timestamp(int(created.min()), tz="UTC").floor(freq)
+        )
+        last = pd.Timestamp(as_utc(end if end is not None else store.clock()))
+        grid = pd.date_range(first, last, freq=freq)
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot build the backlog frame: freq={freq!r} is not a pandas frequency "
+            f"({exc}); use one such as '15min', '1h' or '1D'"
+        ) from exc
+    instants = grid.as_unit("ns").asi8
+    pending, oldest = _pending_at(created, left, instants)
+    age = np.where(oldest == NAT, NAT, instants - oldest)
+    return pd.DataFrame(
+        {
+            "time": times((instants // 1000).tolist()),
+            "pending": pending.astype("int64"),
+            "oldest_pending_age": pd.array(cast(Any, age.view("m8[ns]")), dtype=SPAN),
+        }
+    )
+
+
+def retention(
+    store: Store, settings: Settings | None = None, now: datetime | None = None
+) -> pd.DataFrame:
+    """The rows of :func:`durability.sweep.plan_sweep` (``COLUMNS["retention"]``): one per thread.
+
+    Each row says what a sweep at ``now`` (default: the store's clock) with ``settings``
+    (default: the store's) would do with the thread — ``delete``, ``spared`` (a live park,
+    lease or unreplicated rows, named in ``owner``), ``not_due`` or ``skipped`` — and why.
+    Nothing is deleted.
+    """
+    return plan_sweep(store, settings, now).to_frame()
+
+
+def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
+    """One row per pending park (``COLUMNS["parks"]``), earliest deadline first.
+
+    ``time_left`` is ``deadline - now`` (default: the store's clock), negative once expired.
+    """
+    at = moment(store, now)
+    found = pending_parks(store)
+    deadline = times([micros_of(p.deadline) for p in found])
+    time_left = pd.Series(deadline, copy=False) - pd.Timestamp(at)
+    frame = pd.DataFrame(
+        {
+            "thread_id": strings([p.thread_id for p in found]),
+            "run_id": strings([p.run_id for p in found]),
+            "node_id": strings([p.node_id for p in found]),
+            "reason": strings([p.reason for p in found]),
+            "created_at": times(
+                [None if p.created_at is None else micros_of(p.created_at) for p in found]
+            ),
+            "deadline": deadline,
+            "deadline_source": strings([p.deadline_source for p in found]),
+            "time_left": time_left.astype(SPAN).array,
+            "expired": (time_left <= pd.Timedelta(0)).to_numpy(dtype=bool),
+        }
+    )
+    return in_order(frame, ["deadline", "thread_id"])
+
+
+def _outbox_cols(store: Store) -> Columns:
+    try:
+        return collect(store.outbox_columns(), OUTBOX_COLUMNS)
+    except CapabilityError:  # a store without an outbox does not replicate: nothing is pending
+        return {name: np.empty(0, dtype=object) for name in OUTBOX_COLUMNS}
+
+
+def _keeps_outbox(store: Store) -> bool:
+    return store.outbox is not None
+
+
+def _pending_at(
+    created: np.ndarray[Any, Any], left: np.ndarray[Any, Any], instants: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Rows pending at each instant (``created <= t < left``) and the oldest one's ``created``.
+
+    Counting is a difference of two sorted searches. The oldest: each row covers a run of
+    instants; walking rows oldest first, a row fills the instants of its run still unfilled
+    (a next-unfilled pointer with path halving keeps it near linear).
+    """
+    first = np.searchsorted(instants, created, side="left")
+    stop = np.searchsorted(instants, left, side="left")
+    pending = np.searchsorted(np.sort(created), instants, side="right") - np.searchsorted(
+        np.sort(left), instants, side="right"
+    )
+    oldest = np.full(len(instants), NAT, dtype=np.int64)
+    covering = np.flatnonzero(stop > first)
+    nxt = list(range(len(instants) + 1))
+
+    def find(i: int) -> int:
+        while nxt[i] != i:
+            nxt[i] = nxt[nxt[i]]
+            i = nxt[i]
+        return i
+
+    for row in covering[np.argsort(created[covering], kind="stable")]:
+        i = find(int(first[row]))
+        end = int(stop[row])
+        while i < end:
+            oldest[i] = created[row]
+            nxt[i] = i + 1
+            i = find(i + 1)
+    return pending, oldest
+
+
+def _states(store: Store, frame: pd.DataFrame) -> list[Any]:
+    """The decoded state of each row of a checkpoints frame (read thread by thread)."""
+    states: dict[tuple[str, int], Any] = {}
+    for thread_id in dict.fromkeys(frame["thread_id"].tolist()):
+        for cp in _history(store, thread_id):
+            states[(cp.thread_id, cp.seq or 0)] = cp.state
+    return [
+        states.get((t, int(s)))
+        for t, s in zip(frame["thread_id"].tolist(), frame["seq"].tolist(), strict=True)
+    ]
+
+
+def _history(store: Store, thread_id: str) -> Iterator[Any]:
+    after: int | None = None
+    while True:
+        page = store.history(thread_id, None, after_seq=after, limit=1000)
+        yield from page
+        if len(page) < 1000:
+            return
+        after = page[-1].seq
