@@ -125,10 +125,33 @@ class EncodedCheckpoint:
 
     def decode(self) -> Checkpoint:
         """The checkpoint this row holds; a payload that cannot be read back fails the read."""
-        values = {name: getattr(self, name) for name in (*ID_FIELDS, *SCALAR_FIELDS)}
-        for name in PAYLOAD_FIELDS:
-            values[name] = codec.loads(getattr(self, name), path=name)
-        return Checkpoint(**values, seq=self.seq, size_bytes=self.size_bytes)
+        loads = codec.loads
+        return Checkpoint(
+            thread_id=self.thread_id,
+            namespace=self.namespace,
+            checkpoint_id=self.checkpoint_id,
+            run_id=self.run_id,
+            parent_checkpoint_id=self.parent_checkpoint_id,
+            runner=self.runner,
+            agent_id=self.agent_id,
+            agent_path=self.agent_path,
+            node_id=self.node_id,
+            step=self.step,
+            step_type=self.step_type,
+            status=self.status,
+            iteration=self.iteration,
+            interrupt_reason=self.interrupt_reason,
+            created_at=self.created_at,
+            project_id=self.project_id,
+            state=loads(self.state, path="state"),
+            node_input=loads(self.node_input, path="node_input"),
+            node_output=loads(self.node_output, path="node_output"),
+            iteration_counters=loads(self.iteration_counters, path="iteration_counters"),
+            interrupt_context=loads(self.interrupt_context, path="interrupt_context"),
+            metadata=loads(self.metadata, path="metadata"),
+            seq=self.seq,
+            size_bytes=self.size_bytes,
+        )
 
     def apply(self, change: StatusChange) -> None:
         """Take ``change``'s status and interrupt fields (``size_bytes`` follows the context)."""
