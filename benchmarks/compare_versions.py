@@ -44,16 +44,15 @@ def rate(n, fn, repeat=1):
 if kind == "store":
     with durability.open(url) as store:
         store.put(Checkpoint(thread_id="warm", state=state))
-        n = 2000
-        out["put"] = rate(n, lambda: [store.put(Checkpoint(thread_id=f"t{i % 50}", state=state)) for i in range(n)])
-        out["latest"] = rate(n, lambda: [store.latest(f"t{i % 50}") for i in range(n)])
-        out["history (40 rows)"] = rate(200, lambda: [store.history(f"t{i % 50}") for i in range(200)])
-        keys = []
+        n = 1000
+        puts = iter(range(10**9))
+        out["put"] = rate(n, lambda: [store.put(Checkpoint(thread_id=f"t{next(puts) % 50}", state=state)) for _ in range(n)], repeat=3)
+        out["latest"] = rate(n, lambda: [store.latest(f"t{i % 50}") for i in range(n)], repeat=3)
+        out["history (60 rows)"] = rate(100, lambda: [store.history(f"t{i % 50}") for i in range(100)], repeat=3)
         def drain():
             while rows := store.fetch_unsynced_encoded(limit=500):
                 store.mark_sent([(r.thread_id, r.seq) for r in rows])
-                keys.extend(rows)
-        out["drain fetch+ack"] = rate(n + 1, drain)
+        out["drain fetch+ack"] = rate(3 * n + 1, drain)
 elif kind == "sweep":
     from durability.settings import Settings
     from durability.sweep import plan_sweep, sweep

@@ -1,32 +1,12 @@
-"""The demo fleet: weeks of real runs written by the durable runner, replicated to a real plane.
-
-:func:`build_demo` drives the runners below against a store whose clock it moves forward through
-a schedule of events, so the fleet spreads over weeks in the order things happened: publishing
-runs that completed, failed (one of them resumed to completion afterwards), were stopped mid-run,
-parked on an approval (some aborted by an operator, some never answered), conversations whose
-turns come days apart, support flows that own a session thread per flow run and declare their
-own retention, and ingest runs whose documents are bigger than the plane accepts. Every
-checkpoint, park, lease and ledger mark in it was written by the runner itself, so every view of
-the bundle shows true data.
-
-:func:`build_fleet` is what ``durability demo`` runs: that fleet on the embedded SQLite default,
-replicated to the project's plane served for real on loopback (the drain runs every few hours of
-the fleet's clock; the plane is down for maintenance for two days, and refuses the oversized
-ingest rows, which are quarantined), plus an edge worker's store that is lost (its file deleted)
-and brought back from the plane with :mod:`durability.restore`.
-
-The runners are importable for ``durability resume``::
-
-    durability resume sqlite:///durability-out/demo.db THREAD --single-worker \\
-        --runner durability.demo:publish --value '{"approved": true}'
+"""The whole demo: the fleet in a SQLite store replicated to a plane served on loopback, an edge
+worker's store lost and restored, a LangGraph store beside it, and the notebooks executed on it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,279 +14,47 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from durability.clock import FrozenClock
-from durability.runs import AgentNode, Flow, RunContext, RunControl, Runner
+from durability.demo.history import DEMO_DAYS, DRAIN_EVERY, build_demo
+from durability.demo.runners import assistant_runner, publish_runner, support_flow
+from durability.runs import RunContext
 from durability.stores.base import Store
 
-DEMO_START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
-
-#: Called at the start of every demo step: the demo moves its clock there.
-Pace = Callable[[RunContext], None]
-
-State = dict[str, Any]
-
-
-def _no_pace(ctx: RunContext) -> None:
-    """Real runs take their own time."""
-
-
-def publish_runner(
-    pace: Pace = _no_pace, review_down: Callable[[State], bool] | None = None
-) -> Runner:
-    """The publishing runner: fetch, plan, draft, review, approve (may park), publish.
-
-    ``review_down(state)`` says whether the review service is down for that run (it fails).
-    """
-
-    def note(name: str) -> Callable[[State, RunContext], State]:
-        def step(state: State, ctx: RunContext) -> State:
-            pace(ctx)
-            if name == "review" and review_down is not None and review_down(state):
-                raise TimeoutError("the review service did not answer")
-            return {**state, "notes": [*state.get("notes", []), f"{name} done"]}
-
-        step.__name__ = name
-        return step
-
-    def approve(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        if not state.get("needs_approval"):
-            return state
-        answer = ctx.interrupt(
-            "needs a human approval", {"draft": state["topic"]}, deadline=timedelta(days=5)
-        )
-        return {
-            **state,
-            "approved": bool(answer.get("approved")) if isinstance(answer, dict) else bool(answer),
-        }
-
-    return Runner(
-        "publish",
-        [note("fetch"), note("plan"), note("draft"), note("review"), approve, note("publish")],
-    )
-
-
-def assistant_runner(pace: Pace = _no_pace) -> Runner:
-    """A conversation's agent: one reply per turn, on the conversation's thread."""
-
-    def reply(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        messages = [
-            *state.get("messages", []),
-            {"role": "assistant", "content": f"answer {len(state.get('messages', []))}"},
-        ]
-        return {**state, "messages": messages}
-
-    return Runner("assistant", [reply])
-
-
-def support_flow(pace: Pace = _no_pace) -> Flow:
-    """A support flow: its triage agent runs on a thread per flow run (the flow owns it)."""
-
-    def classify(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        return {**state, "category": "billing" if "refund" in state["ticket"] else "general"}
-
-    def intake(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        return {**state, "received": True}
-
-    def resolve(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        return {**state, "resolved": state["category"]}
-
-    triage = Runner("triage", [classify], retention={"finished": "1d"})
-    return Flow(
-        "support",
-        [intake, AgentNode("triage", triage, "{flow_run_id}-triage"), resolve],
-        retention={"waiting": "14d", "finished": "2d"},
-    )
-
-
-def ingest_runner(pace: Pace = _no_pace, document_bytes: int = 150_000) -> Runner:
-    """The ingest runner: fetch a document, summarise it, done.
-
-    The fetched document rides in the state, so every row after ``fetch`` is about
-    ``document_bytes`` big: over the demo plane's state cap, the rows the plane refuses.
-    """
-
-    def fetch(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        line = f"{state['source']}: quarterly figures, appendix and scanned pages. "
-        return {**state, "document": (line * (document_bytes // len(line) + 1))[:document_bytes]}
-
-    def summarise(state: State, ctx: RunContext) -> State:
-        pace(ctx)
-        return {**state, "summary": state["document"][:120]}
-
-    return Runner("ingest", [fetch, summarise])
-
-
 publish = publish_runner()
+
+
 assistant = assistant_runner()
+
+
 support = support_flow()
 
-#: What happens to the demo's publishing runs, in turn.
-PUBLISH_KINDS = (
-    "completed",
-    "parked",
-    "completed",
-    "stopped",
-    "failed, resumed",
-    "completed",
-    "parked, aborted",
-    "failed",
-    "completed",
-    "parked",
-    "completed",
-    "failed",
-)
-
-#: The demo fleet's span, and how often its deployment drains the outbox to the plane.
-DEMO_DAYS = 42
-DRAIN_EVERY = timedelta(hours=6)
-#: Turns of each demo conversation, as days after the fleet's start: idle gaps of days, and
-#: the first conversations went quiet weeks ago (past the 30-day waiting horizon).
-CONVERSATIONS = (
-    (0, 1, 3, 4),
-    (2, 9, 10),
-    (5, 6, 14, 15, 16),
-    (12, 25, 26),
-    (20, 22, 34, 36),
-    (30, 31, 40, 41.5),
-)
-#: Support flow sessions: (day, restarts).
-SUPPORT_SESSIONS = ((3, 0), (8, 1), (15, 0), (27, 0), (33, 2), (39.5, 0))
-#: Ingest runs (their documents exceed the demo plane's state cap), as days after the start.
-INGESTS = (11, 33.5)
-
-Event = tuple[datetime, int, Callable[[], object]]
-
-
-def build_demo(
-    store: Store,
-    clock: FrozenClock,
-    *,
-    start: datetime = DEMO_START,
-    days: float = DEMO_DAYS,
-    on_tick: Callable[[datetime], None] | None = None,
-    seed: int = 7,
-) -> None:
-    """Write the demo fleet into ``store``; ``clock`` is the store's clock and is moved forward.
-
-    Events happen in time order from ``start`` over ``days`` (runs every 36 hours, conversation
-    turns days apart, support sessions, ingest runs); ``on_tick(now)`` is called every
-    :data:`DRAIN_EVERY` of the fleet's clock (what a deployment's drain does). Parked runs need a
-    store that can hold them (``single_worker=True`` on SQLite); on one that cannot, those runs
-    fail with the park's refusal, which is what a real deployment would see.
-    """
-    rng = random.Random(seed)
-    stopping: list[RunControl] = []  # the control of a run an operator stops at its draft
-
-    def pace(ctx: RunContext) -> None:
-        clock.advance(timedelta(seconds=rng.randint(5, 90)))
-        if stopping and ctx.step == "draft":
-            stopping.pop().stop()
-
-    outage: set[str] = set()  # topics whose review fails: the review service is down for them
-    publisher = publish_runner(pace, lambda s: s["topic"] in outage)
-    talker = assistant_runner(pace)
-    flow = support_flow(pace)
-    ingester = ingest_runner(pace)
-    end = start + timedelta(days=days)
-    events: list[Event] = []
-
-    def at(when: datetime, action: Callable[[], object]) -> None:
-        if when < end:
-            events.append((when, len(events), action))
-
-    def publish_run(n: int) -> Callable[[], None]:
-        kind = PUBLISH_KINDS[n % len(PUBLISH_KINDS)]
-        topic = f"topic {n}"
-
-        def run() -> None:
-            control = RunControl()
-            if kind == "stopped":
-                stopping.append(control)
-            if kind.startswith("failed"):
-                outage.add(topic)
-            result = publisher.start(
-                store,
-                {"topic": topic, "needs_approval": kind.startswith("parked")},
-                control=control,
-            )
-            if kind == "failed, resumed":  # the review service is back: resume the failed run
-                at(clock() + timedelta(hours=2), lambda: resume_fixed(result.thread_id, topic))
-            elif kind == "parked, aborted" and result.park is not None:
-                # nobody answered: an operator aborts the run
-                at(
-                    clock() + timedelta(days=1),
-                    lambda: publisher.stop(store, result.thread_id, abort=True),
-                )
-
-        return run
-
-    def resume_fixed(thread_id: str, topic: str) -> None:
-        outage.discard(topic)
-        publisher.resume(store, thread_id)
-
-    conversations: dict[str, list[dict[str, str]]] = {}
-
-    def turn(thread_id: str) -> Callable[[], None]:
-        def run() -> None:
-            messages = conversations.setdefault(thread_id, [])
-            asked = [*messages, {"role": "user", "content": f"question {len(messages) // 2}"}]
-            result = talker.start(
-                store, {"messages": asked}, thread_id=thread_id, owner="conversations"
-            )
-            conversations[thread_id] = result.state["messages"]
-
-        return run
-
-    def session(n: int) -> Callable[[], object]:
-        ticket = "refund please" if n % 2 else "password reset"
-        return lambda: flow.start(store, {"ticket": ticket}, thread_id=f"support-session-{n}")
-
-    def ingest(n: int) -> Callable[[], object]:
-        return lambda: ingester.start(store, {"source": f"report-{n}.pdf"})
-
-    for n in range(int(days * 24 // 36)):
-        at(start + timedelta(hours=36 * n), publish_run(n))
-    for n, turns in enumerate(CONVERSATIONS):
-        for day in turns:
-            at(start + timedelta(days=day, hours=n), turn(f"conversation-{n}"))
-    for n, (day, restarts) in enumerate(SUPPORT_SESSIONS):
-        for attempt in range(restarts + 1):  # a restarted session runs again hours later
-            at(start + timedelta(days=day, hours=1 + attempt * 3), session(n))
-    for n, day in enumerate(INGESTS):
-        at(start + timedelta(days=day, hours=2), ingest(n))
-    if on_tick is not None:
-        tick = start + DRAIN_EVERY
-        while tick < end:
-            at(tick, (lambda when: lambda: on_tick(when))(tick))
-            tick += DRAIN_EVERY
-    while events:
-        events.sort(key=lambda e: (e[0], e[1]))
-        when, _, action = events.pop(0)
-        clock.set(max(when, clock()))
-        action()
-
-
-# ---------------------------------------------------------------------------- the whole demo
 
 #: The demo plane's state cap: lower than the 1 MiB the workers are configured with, so the
 #: plane itself refuses the ingest runs' rows (its operator lowered the cap).
 DEMO_STATE_CAP = 128 * 1024
+
+
 #: When the plane is down for maintenance (ingest answers 503), as days after the fleet's start.
 MAINTENANCE = (24.0, 26.5)
+
+
 #: The deployment's worker stops draining this long before the fleet's end (a deploy): rows
 #: written since are still pending.
 LAST_DRAIN_BEFORE_END = timedelta(hours=12)
+
+
 #: The plane tenant of the demo: one domain, a project per store.
 DEMO_DOMAIN = "demo"
+
+
 PROJECTS = {"main": "demo.db", "edge": "edge.db"}
+
+
 #: Environment variables the notebooks read the demo plane's keys from.
 KEY_ENV = {"main": "DURABILITY_PLANE_API_KEY", "edge": "DURABILITY_EDGE_PLANE_API_KEY"}
+
+
 MANIFEST = "demo.json"
+
 
 log = logging.getLogger(__name__)
 
@@ -578,9 +326,6 @@ def langgraph_store(path: Path) -> str | None:
             app.invoke({"ticket": f"ticket {n}"}, {"configurable": {"thread_id": f"ticket-{n}"}})
         app.invoke(Command(resume="send"), {"configurable": {"thread_id": "ticket-0"}})
     return f"langgraph+sqlite:///{path.resolve()}"
-
-
-# ---------------------------------------------------------------------------- the notebooks
 
 
 def notebook_parameters(
