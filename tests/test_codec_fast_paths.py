@@ -1,0 +1,190 @@
+"""The codec's fast paths write and read exactly what its full walk does.
+
+``dumps`` writes a value made only of JSON-native parts in C (``codec._dumps_native``) and
+hands anything else to the walk (``codec._dumps_walked``); ``loads`` skips the revive walk
+when the text cannot hold an envelope. These tests prove the shortcuts change nothing, on
+arbitrary values built from everything a shortcut could get wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durability import codec
+from durability.codec import dumps, loads
+from durability.errors import CodecError
+
+
+class Shade(enum.Enum):
+    DARK = "dark"
+
+
+class Level(enum.IntEnum):
+    ONE = 1
+
+
+class Kind(enum.StrEnum):
+    PLAIN = "plain"
+
+
+class Label(str):
+    """A ``str`` subclass: refused by the codec, written as a plain string by orjson alone."""
+
+
+class Count(int):
+    """An ``int`` subclass: refused by the codec, written as a plain number by orjson alone."""
+
+
+class Ratio(float):
+    """A ``float`` subclass: refused by the codec."""
+
+
+# Values of JSON's own types, with now and then one of the things orjson alone would write
+# differently from the walk (or refuse): NaN and infinities, integers beyond 64 bits, lone
+# surrogates, NUL, the envelope marker as a key or a text, subclasses, enum members, UUIDs,
+# bytes, orjson's raw fragments, tuples and keys that are not str. One such part among plain
+# ones is what a shortcut could miss, so most values hold none, one or two.
+_clean_texts = st.text(st.characters(codec="utf-8", exclude_characters="$"))
+_odd_texts = st.text(st.characters(exclude_categories=()), max_size=8) | st.sampled_from(
+    ["$t", '"$t"', "a$tb", "$", "\x00", "\ud800", "x\udfffy"]
+)
+_clean_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    _clean_texts,
+)
+_odd_leaves = st.one_of(
+    st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+    st.sampled_from([2**64, -(2**63) - 1, 2**200]),
+    _odd_texts,
+    st.builds(Label, st.text(max_size=3)),
+    st.builds(Count, st.integers(-3, 3)),
+    st.builds(Ratio, st.floats(allow_nan=False)),
+    st.sampled_from([Shade.DARK, Level.ONE, Kind.PLAIN]),
+    st.uuids(),
+    st.binary(max_size=4),
+    st.just(orjson.Fragment(b"[1]")),
+)
+_odd_keys = _odd_texts | st.integers() | st.none() | st.booleans() | st.builds(Label, st.text())
+
+
+def _mostly(clean: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.integers(0, 9).flatmap(lambda roll: odd if roll == 0 else clean)
+
+
+_values = st.recursive(
+    _mostly(_clean_leaves, _odd_leaves),
+    lambda children: _mostly(
+        st.lists(children, max_size=5) | st.dictionaries(_clean_texts, children, max_size=5),
+        st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(_odd_keys, children, min_size=1, max_size=3)
+        | st.builds(
+            lambda items, marked: {**items, "$t": marked},
+            st.dictionaries(_clean_texts, children, max_size=3),
+            children,
+        ),
+    ),
+    max_leaves=25,
+)
+
+
+def _walked(value: Any) -> str | None:
+    try:
+        return codec._dumps_walked(value, "value")
+    except CodecError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_fast_write_is_the_walk_or_steps_aside(value: Any) -> None:
+    walked = _walked(value)
+    native = codec._dumps_native(value)
+    assert native is None or native == walked
+    if walked is None:
+        with pytest.raises(CodecError):
+            dumps(value)
+    else:
+        assert dumps(value) == walked
+
+
+# JSON-native values whose packed form cannot hold a byte sequence that looks like a NaN
+# (no floats, small ints, short strings and containers), so the fast path must take them all.
+_plain_texts = st.text(st.characters(codec="utf-8", exclude_characters="$"), max_size=20)
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-32, 127) | _plain_texts,
+    lambda children: (
+        st.lists(children, max_size=10) | st.dictionaries(_plain_texts, children, max_size=10)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_plain, max_size=10) | st.dictionaries(_plain_texts, _plain, max_size=10))
+def test_fast_write_takes_every_json_native_value(value: Any) -> None:
+    assert codec._dumps_native(value) == orjson.dumps(value).decode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(
+            {"x": [0.5, -0.0, 1e308, -1e308, 5e-324, 2.2250738585072014e-308]}, id="floats"
+        ),
+        pytest.param({"n": [2**64 - 1, -(2**63)]}, id="64-bit-edges"),
+        pytest.param({"nul": "a\x00b", "k\x00": None}, id="nul"),
+        pytest.param({"price": "$5", "$": "dollar", "t$": 1}, id="dollar-signs"),
+    ],
+)
+def test_fast_write_takes_json_native_edge_values(value: Any) -> None:
+    assert codec._dumps_native(value) == _walked(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param([float("nan")], id="nan"),
+        pytest.param({"a": [1.0, float("-inf")]}, id="-inf"),
+        pytest.param([(1, 2)], id="tuple"),
+        pytest.param([2**64], id="beyond-64-bits"),
+        pytest.param({1: "a"}, id="int-key"),
+        pytest.param({"a": {"$t": "dt", "v": "x"}}, id="marker-key"),
+        pytest.param([Label("x")], id="str-subclass"),
+        pytest.param({Label("k"): 1}, id="str-subclass-key"),
+        pytest.param([Level.ONE], id="int-enum"),
+        pytest.param([uuid.UUID(int=1)], id="uuid"),
+        pytest.param(["\ud800"], id="lone-surrogate"),
+        pytest.param([b"x"], id="bytes"),
+        pytest.param([orjson.Fragment(b"1")], id="fragment"),
+    ],
+)
+def test_fast_write_steps_aside_for_what_orjson_would_change(value: Any) -> None:
+    assert codec._dumps_native(value) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_values)
+def test_fast_read_is_the_full_walk(value: Any) -> None:
+    text = _walked(value)
+    if text is None:
+        return
+    for stored in (text, text.encode()):
+        assert loads(stored) == codec._decode(orjson.loads(stored), ())
+        assert type(loads(stored)) is type(value)
+
+
+def test_fast_read_skips_only_texts_without_the_marker() -> None:
+    assert not codec._may_hold_envelope('{"price":"5"}')
+    assert not codec._may_hold_envelope('{"price":"$5"}')
+    assert codec._may_hold_envelope('{"a":{"$t":"d","v":"2026-01-01"}}')
+    assert codec._may_hold_envelope(b'[{"$t":"d","v":"2026-01-01"}]')
