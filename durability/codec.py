@@ -145,6 +145,7 @@ _MARK = "$t"
 _MARK_STR = '"$t"'
 _MARK_BYTES = b'"$t"'
 _NONE_TYPE = type(None)
+_JSON_TYPES = frozenset({dict, list, str, int, float, bool, _NONE_TYPE})
 # orjson writes integers in [-2**63, 2**64 - 1]; others are enveloped.
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -265,7 +266,9 @@ def dumps(value: Any, *, path: str = "value") -> str:
         CodecError: The value (or a part of it, named by ``path``) cannot be stored.
     """
     cls = type(value)
-    if cls is dict or cls is list:
+    # A dict holding a value of another type at its top (a datetime, a model) needs the walk;
+    # looking costs a quarter of what a failed attempt at the fast path would.
+    if cls is list or (cls is dict and _JSON_TYPES.issuperset(map(type, value.values()))):
         text = _dumps_native(value)
         if text is not None:
             return text
@@ -284,7 +287,7 @@ def _dumps_native(value: Any) -> str | None:
         text = orjson.dumps(value).decode()
     except TypeError:  # ormsgpack's and orjson's refusals are both TypeErrors
         return None
-    if _NON_FINITE_FLOAT.search(packed) is not None or ("$" in text and _MARK_STR in text):
+    if _NON_FINITE_FLOAT.search(packed) is not None or _may_hold_envelope(text):
         return None
     return text
 
@@ -369,9 +372,9 @@ def loads(
 
 
 def _may_hold_envelope(text: str | bytes) -> bool:
-    # A one-character search runs at memchr speed and most texts hold no "$" at all; the
-    # search for '"$t"' is several times slower on JSON, where '"' is everywhere.
-    if type(text) is str:
+    # A search for one character runs at memchr speed, and most texts hold no "$" at all; the
+    # search for the marker is several times slower on JSON, where '"' is everywhere.
+    if isinstance(text, str):
         return "$" in text and _MARK_STR in text
     return b"$" in text and _MARK_BYTES in text
 
@@ -474,9 +477,13 @@ def _enc_float(value: float) -> float:
 
 
 def _enc_datetime(value: datetime) -> dict[str, Any]:
-    out: dict[str, Any] = {_MARK: "dt", "v": value.isoformat()}
     tz = value.tzinfo
-    if tz is not None and tz is not UTC:
+    if tz is None or tz is UTC:
+        # orjson writes these exactly as isoformat() does, in a third of the time (an aware
+        # isoformat() asks its tzinfo for the offset); it would round an offset's seconds away.
+        out: dict[str, Any] = {_MARK: "dt", "v": orjson.dumps(value)[1:-1].decode()}
+    else:
+        out = {_MARK: "dt", "v": value.isoformat()}
         _add_zone(out, tz)
     if value.fold:
         out["f"] = 1
@@ -1267,10 +1274,12 @@ def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], A
 
 
 def _pydantic_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
-    known = frozenset(cls.model_fields)
+    names = tuple(cls.model_fields)
+    known = frozenset(names)
     required = tuple(name for name, field in cls.model_fields.items() if field.is_required())
     required_set = frozenset(required)
     keeps_extra = cls.model_config.get("extra") == "allow"
+    construct = _pydantic_constructor(cls, names)
 
     def read(stored: Any, allowed: tuple[str, ...]) -> Any:
         stored = _decode_fields(stored, allowed)
@@ -1279,9 +1288,47 @@ def _pydantic_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], An
             raise _unknown_field(path, next(name for name in stored if name not in known))
         if not stored.keys() >= required_set:
             raise _missing_field(path, next(name for name in required if name not in stored))
+        if construct is not None and len(stored) == len(names):
+            return construct(stored)
         return cls.model_construct(**stored)  # no validators run
 
     return read
+
+
+def _pydantic_constructor(
+    cls: Any, names: tuple[str, ...]
+) -> Callable[[dict[str, Any]], Any] | None:
+    """What ``model_construct`` does with every field given by name, in a third of the time.
+
+    None for a model where it does more: one with private attributes or a post-init hook, a
+    root model, one keeping extra fields, one where an alias could claim another field's name.
+    """
+    claimed = [
+        alias
+        for name, field in cls.model_fields.items()
+        for alias in (field.alias, field.validation_alias)
+        if alias is not None and alias != name
+    ]
+    if (
+        cls.__pydantic_post_init__
+        or cls.__pydantic_root_model__
+        or cls.model_config.get("extra") == "allow"
+        or not all(type(alias) is str and alias not in names for alias in claimed)
+    ):
+        return None
+    new = cls.__new__
+
+    def construct(fields: dict[str, Any]) -> Any:
+        if tuple(fields) != names:  # model_construct keeps the class's field order
+            fields = {name: fields[name] for name in names}
+        model = new(cls)
+        _set_attribute(model, "__dict__", fields)
+        _set_attribute(model, "__pydantic_fields_set__", set(names))
+        _set_attribute(model, "__pydantic_extra__", None)
+        _set_attribute(model, "__pydantic_private__", None)
+        return model
+
+    return construct
 
 
 def _enum_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import enum
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import pydantic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,3 +190,128 @@ def test_fast_read_skips_only_texts_without_the_marker() -> None:
     assert not codec._may_hold_envelope('{"price":"$5"}')
     assert codec._may_hold_envelope('{"a":{"$t":"d","v":"2026-01-01"}}')
     assert codec._may_hold_envelope(b'[{"$t":"d","v":"2026-01-01"}]')
+
+
+# --- Pydantic models read back without model_construct's per-field loop --------------------
+
+
+class Place(pydantic.BaseModel):
+    city: str
+    since: datetime
+
+
+class Customer(pydantic.BaseModel):
+    name: str
+    place: Place
+    tier: str = "standard"
+    tags: list[str] = []
+
+
+class Renamed(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(populate_by_name=True)
+    user_id: int = pydantic.Field(alias="userId")
+
+
+class AliasClaimsAField(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(populate_by_name=True)
+    a: int = pydantic.Field(alias="b")
+    b: int = 0
+
+
+class ChoosesAnAlias(pydantic.BaseModel):
+    a: int = pydantic.Field(validation_alias=pydantic.AliasChoices("x", "y"))
+
+
+class KeepsExtras(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    a: int
+
+
+class HasPrivate(pydantic.BaseModel):
+    a: int
+    _seen: int = pydantic.PrivateAttr(default=3)
+
+
+class PostInit(pydantic.BaseModel):
+    a: int
+
+    def model_post_init(self, context: Any) -> None:
+        object.__setattr__(self, "__pydantic_fields_set__", {"a", "hooked"})
+
+
+class Numbers(pydantic.RootModel[list[int]]):
+    pass
+
+
+def _constructed_alike(got: pydantic.BaseModel, want: pydantic.BaseModel) -> None:
+    assert type(got) is type(want)
+    assert list(got.__dict__.items()) == list(want.__dict__.items())  # order too
+    assert got.model_fields_set == want.model_fields_set
+    assert got.__pydantic_extra__ == want.__pydantic_extra__
+    assert got.__pydantic_private__ == want.__pydantic_private__
+    assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("model", [Customer, Place, Renamed])
+def test_pydantic_models_built_directly(model: type[pydantic.BaseModel]) -> None:
+    assert codec._pydantic_constructor(model, tuple(model.model_fields)) is not None
+
+
+@pytest.mark.parametrize(
+    "model", [AliasClaimsAField, ChoosesAnAlias, KeepsExtras, HasPrivate, PostInit, Numbers]
+)
+def test_pydantic_models_left_to_model_construct(model: type[pydantic.BaseModel]) -> None:
+    assert codec._pydantic_constructor(model, tuple(model.model_fields)) is None
+
+
+_when = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(Customer(name="Ada", place=Place(city="London", since=_when)), id="nested"),
+        pytest.param(
+            Customer(name="Ada", place=Place(city="x", since=_when), tags=["a"]), id="set"
+        ),
+        pytest.param(Renamed(userId=3), id="alias"),
+        pytest.param(AliasClaimsAField(b=1), id="alias-claims-a-field"),
+        pytest.param(KeepsExtras(a=1, more=[1]), id="extras"),  # type: ignore[call-arg]
+        pytest.param(HasPrivate(a=1), id="private"),
+        pytest.param(PostInit(a=1), id="post-init"),
+        pytest.param(ChoosesAnAlias(x=1), id="alias-choices"),
+        pytest.param(Numbers([1, 2]), id="root-model"),
+    ],
+)
+def test_pydantic_read_back_as_model_construct_builds_it(value: pydantic.BaseModel) -> None:
+    got = loads(dumps(value))
+    fields = {**value.__dict__, **(value.__pydantic_extra__ or {})}
+    want = type(value).model_construct(**fields)
+    _constructed_alike(got, want)
+
+
+def test_pydantic_fields_stored_in_another_order_come_back_in_the_class_order() -> None:
+    text = (
+        '{"$t":"pyd","c":"test_codec_fast_paths:Customer","f":{"tags":[],"tier":"gold",'
+        '"place":{"$t":"pyd","c":"test_codec_fast_paths:Place",'
+        '"f":{"since":{"$t":"dt","v":"2026-01-01T00:00:00+00:00"},"city":"x"}},"name":"Ada"}}'
+    )
+    want = Customer.model_construct(
+        name="Ada", place=Place.model_construct(city="x", since=_when), tier="gold", tags=[]
+    )
+    _constructed_alike(loads(text), want)
+    _constructed_alike(loads(text).place, want.place)
+
+
+def test_pydantic_fields_left_out_take_their_defaults() -> None:
+    text = (
+        '{"$t":"pyd","c":"test_codec_fast_paths:Customer","f":{"name":"Ada",'
+        '"place":{"$t":"pyd","c":"test_codec_fast_paths:Place",'
+        '"f":{"city":"x","since":{"$t":"dt","v":"2026-01-01T00:00:00+00:00"}}}}}'
+    )
+    got = loads(text)
+    _constructed_alike(
+        got,
+        Customer.model_construct(name="Ada", place=Place.model_construct(city="x", since=_when)),
+    )
+    assert got.model_fields_set == {"name", "place"}
