@@ -104,13 +104,22 @@ recognised through ``sys.modules``.
 Performance
 ===========
 
+A dict or list made only of JSON-native values never meets the walk. ormsgpack, given every
+passthrough option and no ``default``, refuses any part that is not JSON-native (a tuple, an
+enum member, a UUID, a datetime, a dataclass, a subclass, an integer beyond 64 bits, a type it
+does not know); orjson refuses bytes, lone surrogates and keys that are not ``str``; what both
+let through orjson writes exactly as the walk would, save a NaN or an infinity (looked for in
+ormsgpack's bytes) and a ``"$t"`` key (looked for in the text). Any of these, or a dict whose
+own values are not all of JSON's types, sends the value to the walk.
+
 The walk dispatches on ``type(value)``, returns JSON-native subtrees as they are (no copy), and
 builds paths only while an error unwinds; orjson writes and parses the text. A value holding a
 lone surrogate, an integer beyond 64 bits or a dict with a non-``str`` key is refused by orjson
 and walked a second time by a stricter walk that envelopes those (about twice the cost).
-``loads`` of text without ``"$t"`` is a bare ``orjson.loads``; otherwise it walks the parsed
-tree in place. A LangChain object costs LangChain's ``dumpd`` plus a trial load at write
-(about 0.1 ms per message). ``benchmarks/RESULTS.md`` has the figures.
+``loads`` of text without ``"$t"`` (most texts hold no ``$`` at all, a memchr away) is a bare
+``orjson.loads``; otherwise it walks the parsed tree in place. A LangChain object costs
+LangChain's ``dumpd`` plus a trial load at write (about 0.1 ms per message).
+``benchmarks/RESULTS.md`` has the figures and where the time goes.
 """
 
 from __future__ import annotations
@@ -868,7 +877,7 @@ class _Encoder:
 
 _ABSENT = object()
 _new_object = object.__new__
-# Sets an attribute of a frozen or slotted object without its own __setattr__.
+# Sets an attribute past a class's own __setattr__, so works on frozen and slotted classes.
 _set_attribute = object.__setattr__
 _UUID_SAFETY_UNKNOWN = SafeUUID.unknown  # an enum member's lookup is slow on a hot path
 
@@ -1240,9 +1249,8 @@ def _missing_field(path: str, name: str) -> _Refused:
 
 def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
     known = {field.name: field for field in dataclasses.fields(cls)}
-    new = cls.__new__
-    # object.__setattr__ works for frozen and slotted classes and runs no __init__.
-    set_field = object.__setattr__
+    new = cls.__new__  # runs no __init__
+    set_field = _set_attribute
 
     def read(stored: Any, allowed: tuple[str, ...]) -> Any:
         if type(stored) is not dict:
