@@ -296,7 +296,10 @@ def _dumps_native(value: Any) -> str | None:
         text = orjson.dumps(value).decode()
     except TypeError:  # ormsgpack's and orjson's refusals are both TypeErrors
         return None
-    if _NON_FINITE_FLOAT.search(packed) is not None or _may_hold_envelope(text):
+    if _may_hold_envelope(text):
+        return None
+    first = packed.find(b"\xcb")  # memchr to the first float, if any: the scan starts there
+    if first != -1 and _NON_FINITE_FLOAT.search(packed, first) is not None:
         return None
     return text
 
