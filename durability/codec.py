@@ -104,13 +104,15 @@ recognised through ``sys.modules``.
 Performance
 ===========
 
-A dict or list made only of JSON-native values never meets the walk. ormsgpack, given every
-passthrough option and no ``default``, refuses any part that is not JSON-native (a tuple, an
-enum member, a UUID, a datetime, a dataclass, a subclass, an integer beyond 64 bits, a type it
-does not know); orjson refuses bytes, lone surrogates and keys that are not ``str``; what both
-let through orjson writes exactly as the walk would, save a NaN or an infinity (looked for in
-ormsgpack's bytes) and a ``"$t"`` key (looked for in the text). Any of these, or a dict whose
-own values are not all of JSON's types, sends the value to the walk.
+A dict or list made only of JSON-native values is written by orjson and checked in C, not
+walked. orjson, with its passthrough options and no ``default``, refuses datetimes,
+dataclasses, subclasses, bytes, lone surrogates, integers beyond 64 bits, keys that are not
+``str`` and every type it does not know; ormsgpack, likewise, refuses what orjson would have
+written its own way (tuples, enum members, UUIDs); a NaN or infinity (looked for in
+ormsgpack's bytes) and a ``"$t"`` key (in the text) are the rest. Any of these, or a dict whose
+own values are not all of JSON's types, sends the value to the walk. A text above 32 KiB is
+checked by the walk instead of ormsgpack (which copies every byte, so a few long strings cost
+it more than they cost the walk), and orjson's text is kept when the walk changes nothing.
 
 The walk dispatches on ``type(value)``, returns JSON-native subtrees as they are (no copy), and
 builds paths only while an error unwinds; orjson writes and parses the text. A value holding a
@@ -171,6 +173,16 @@ _JSON_NATIVE_ONLY = (
     | ormsgpack.OPT_PASSTHROUGH_TUPLE
     | ormsgpack.OPT_PASSTHROUGH_UUID
 )
+# orjson hands these to ``default`` (none is given, so it refuses them) instead of writing
+# them its own way.
+_ORJSON_JSON_ONLY = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+# Above this many bytes of text the fast path checks a value with the walk, not ormsgpack:
+# ormsgpack copies every byte, so a few long strings cost it more than they cost the walk.
+_SCREEN_LIMIT = 32 * 1024
 # ormsgpack packs a float as 0xcb and its 8 big-endian bytes; a NaN or an infinity has every
 # exponent bit set, so its first two bytes are 0x7f or 0xff, then 0xf0 or more.
 _NON_FINITE_FLOAT = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
@@ -274,41 +286,61 @@ def dumps(value: Any, *, path: str = "value") -> str:
     Raises:
         CodecError: The value (or a part of it, named by ``path``) cannot be stored.
     """
-    cls = type(value)
-    # A dict holding a value of another type at its top (a datetime, a model) needs the walk;
-    # looking costs a quarter of what a failed attempt at the fast path would.
-    if cls is list or (cls is dict and _JSON_TYPES.issuperset(map(type, value.values()))):
-        text = _dumps_native(value)
-        if text is not None:
-            return text
-    return _dumps_walked(value, path)
+    data = _orjson_text(value)
+    if data is None:
+        return _dumps_walked(value, path)
+    if len(data) > _SCREEN_LIMIT:
+        # The walk checks a large text, costing per value where ormsgpack costs per byte (a
+        # few long strings cost it little); orjson's text stands if it keeps the value as is.
+        return _dumps_walked(value, path, kept=data)
+    text = data.decode()
+    return text if _is_json_native(value, text) else _dumps_walked(value, path)
 
 
-def _dumps_native(value: Any) -> str | None:
-    """The text of a value made only of JSON-native parts, or None if the walk must write it.
+def _orjson_text(value: Any) -> bytes | None:
+    """orjson's text of a dict or list that may be JSON-native, or None when it cannot be.
 
-    Two passes in C instead of the walk: ormsgpack refuses any part that is not JSON-native,
-    orjson any it cannot write as itself; what both let through is written exactly as the
-    walk would write it, save a non-finite float or a ``"$t"`` key, looked for in the output.
+    orjson refuses datetimes, dataclasses, subclasses and every type it does not know. A dict
+    holding a value of another type at its top goes to the walk without trying: looking costs
+    a quarter of a failed attempt.
     """
+    cls = type(value)
+    if cls is list or (cls is dict and _JSON_TYPES.issuperset(map(type, value.values()))):
+        try:
+            return orjson.dumps(value, option=_ORJSON_JSON_ONLY)
+        except TypeError:  # orjson's refusals are TypeErrors
+            pass
+    return None
+
+
+def _is_json_native(value: Any, text: str) -> bool:
+    """Whether orjson's ``text`` of ``value`` is exactly what the walk would write.
+
+    ormsgpack refuses in C what orjson writes its own way (tuples, enum members, UUIDs); a NaN
+    or infinity (orjson's ``null``) and a ``"$t"`` key (left unescaped) are looked for.
+    """
+    if _may_hold_envelope(text):
+        return False
     try:
         packed = ormsgpack.packb(value, option=_JSON_NATIVE_ONLY)
-        text = orjson.dumps(value).decode()
-    except TypeError:  # ormsgpack's and orjson's refusals are both TypeErrors
-        return None
-    if _may_hold_envelope(text):
-        return None
+    except TypeError:  # ormsgpack's refusals are TypeErrors
+        return False
     first = packed.find(b"\xcb")  # memchr to the first float, if any: the scan starts there
-    if first != -1 and _NON_FINITE_FLOAT.search(packed, first) is not None:
-        return None
-    return text
+    return first == -1 or _NON_FINITE_FLOAT.search(packed, first) is None
 
 
-def _dumps_walked(value: Any, path: str) -> str:
-    """Encode ``value`` through the walk, which envelopes what JSON cannot hold."""
+def _dumps_walked(value: Any, path: str, kept: bytes | None = None) -> str:
+    """Encode ``value`` through the walk, which envelopes what JSON cannot hold.
+
+    ``kept`` is orjson's text of ``value`` when already written: it is the answer if the walk
+    keeps the value as it is.
+    """
     try:
         try:
-            return orjson.dumps(_FAST.encode(value)).decode()
+            walked = _FAST.encode(value)
+            if walked is value and kept is not None:
+                return kept.decode()
+            return orjson.dumps(walked).decode()
         except orjson.JSONEncodeError:
             # orjson refuses lone surrogates, integers beyond 64 bits and non-str dict keys;
             # the strict walk envelopes them (it is slower, so only such values pay for it).

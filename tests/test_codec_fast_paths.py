@@ -1,6 +1,7 @@
 """The codec's fast paths write and read exactly what its full walk does.
 
-``dumps`` writes a value made only of JSON-native parts in C (``codec._dumps_native``) and
+``dumps`` writes a value made only of JSON-native parts with orjson, checked in C
+(``codec._orjson_text``, ``codec._is_json_native``) or, for a large text, by the walk, and
 hands anything else to the walk (``codec._dumps_walked``); ``loads`` skips the revive walk
 when the text cannot hold an envelope. These tests prove the shortcuts change nothing, on
 arbitrary values built from everything a shortcut could get wrong.
@@ -100,23 +101,43 @@ _values = st.recursive(
 
 
 def _walked(value: Any) -> str | None:
+    """The text the walk writes, or None where it refuses the value."""
     try:
         return codec._dumps_walked(value, "value")
     except CodecError:
         return None
 
 
-@settings(max_examples=400, deadline=None)
-@given(_values)
-def test_fast_write_is_the_walk_or_steps_aside(value: Any) -> None:
+def _fast(value: Any) -> str | None:
+    """The text the fast path takes, or None where it steps aside for the walk."""
+    data = codec._orjson_text(value)
+    if data is None:
+        return None
+    text = data.decode()
+    return text if codec._is_json_native(value, text) else None
+
+
+# Texts above the limit are checked by the walk rather than ormsgpack; a limit of 0 sends
+# every generated value down that branch.
+_LIMITS = pytest.mark.parametrize(
+    "limit", [codec._SCREEN_LIMIT, 0], ids=["ormsgpack-checks", "the-walk-checks"]
+)
+
+
+@_LIMITS
+@settings(max_examples=300, deadline=None)
+@given(value=_values)
+def test_fast_write_is_the_walk_or_steps_aside(limit: int, value: Any) -> None:
     walked = _walked(value)
-    native = codec._dumps_native(value)
-    assert native is None or native == walked
-    if walked is None:
-        with pytest.raises(CodecError):
-            dumps(value)
-    else:
-        assert dumps(value) == walked
+    fast = _fast(value)
+    assert fast is None or fast == walked
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_SCREEN_LIMIT", limit)
+        if walked is None:
+            with pytest.raises(CodecError):
+                dumps(value)
+        else:
+            assert dumps(value) == walked
 
 
 # JSON-native values whose packed form cannot hold a byte sequence that looks like a NaN
@@ -131,10 +152,10 @@ _plain = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(_plain, max_size=10) | st.dictionaries(_plain_texts, _plain, max_size=10))
 def test_fast_write_takes_every_json_native_value(value: Any) -> None:
-    assert codec._dumps_native(value) == orjson.dumps(value).decode()
+    assert _fast(value) == orjson.dumps(value).decode()
 
 
 @pytest.mark.parametrize(
@@ -149,7 +170,7 @@ def test_fast_write_takes_every_json_native_value(value: Any) -> None:
     ],
 )
 def test_fast_write_takes_json_native_edge_values(value: Any) -> None:
-    assert codec._dumps_native(value) == _walked(value)
+    assert _fast(value) == _walked(value)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +192,7 @@ def test_fast_write_takes_json_native_edge_values(value: Any) -> None:
     ],
 )
 def test_fast_write_steps_aside_for_what_orjson_would_change(value: Any) -> None:
-    assert codec._dumps_native(value) is None
+    assert _fast(value) is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -279,7 +300,7 @@ _when = datetime(2026, 1, 1, tzinfo=UTC)
         pytest.param(KeepsExtras(a=1, more=[1]), id="extras"),  # type: ignore[call-arg]
         pytest.param(HasPrivate(a=1), id="private"),
         pytest.param(PostInit(a=1), id="post-init"),
-        pytest.param(ChoosesAnAlias(x=1), id="alias-choices"),
+        pytest.param(ChoosesAnAlias(x=1), id="alias-choices"),  # type: ignore[call-arg]
         pytest.param(Numbers([1, 2]), id="root-model"),
     ],
 )
