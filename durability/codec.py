@@ -138,7 +138,7 @@ from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from enum import Enum
 from math import isfinite
-from types import ModuleType
+from types import MemberDescriptorType, ModuleType
 from typing import Any, TypeVar
 from uuid import UUID, SafeUUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -1284,15 +1284,18 @@ def _missing_field(path: str, name: str) -> _Refused:
 
 def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
     known = {field.name: field for field in dataclasses.fields(cls)}
+    setters = {name: _field_setter(cls, name) for name in known}
+    in_dict = _IN_DICT in setters.values()
     new = cls.__new__  # runs no __init__
-    set_field = _set_attribute
 
     def read(stored: Any, allowed: tuple[str, ...]) -> Any:
         if type(stored) is not dict:
             raise TypeError("the fields must be an object")
         obj = new(cls)
+        namespace = obj.__dict__ if in_dict else None
         for name, item in stored.items():
-            if name not in known:
+            setter = setters.get(name)
+            if setter is None:
                 raise _unknown_field(path, name)
             if type(item) is dict or type(item) is list:
                 try:
@@ -1300,20 +1303,41 @@ def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], A
                 except _Refused as refused:
                     refused.parts.append("." + name)
                     raise
-            set_field(obj, name, item)
+            if setter is _IN_DICT:
+                namespace[name] = item  # type: ignore[index]  # in_dict: a dict is there
+            else:
+                setter(obj, item)
         if len(stored) != len(known):
             for name, field in known.items():
                 if name in stored:
                     continue
                 if field.default is not dataclasses.MISSING:
-                    set_field(obj, name, field.default)
+                    _set_attribute(obj, name, field.default)
                 elif field.default_factory is not dataclasses.MISSING:
-                    set_field(obj, name, field.default_factory())
+                    _set_attribute(obj, name, field.default_factory())
                 else:
                     raise _missing_field(path, name)
         return obj
 
     return read
+
+
+_IN_DICT = object()
+
+
+def _field_setter(cls: type, name: str) -> Any:
+    """How to set a field past the class's own __setattr__, as ``object.__setattr__`` would.
+
+    A slot's own setter, or ``_IN_DICT`` for a field kept in the instance's dict: each a third
+    of ``object.__setattr__``'s cost, which stays for any other kind of class attribute.
+    """
+    attribute = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+    if type(attribute) is MemberDescriptorType:
+        return attribute.__set__
+    kind = type(attribute)
+    if cls.__dictoffset__ and not (hasattr(kind, "__set__") or hasattr(kind, "__delete__")):
+        return _IN_DICT
+    return lambda obj, value: _set_attribute(obj, name, value)
 
 
 def _pydantic_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:

@@ -9,6 +9,7 @@ arbitrary values built from everything a shortcut could get wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from datetime import UTC, datetime
@@ -336,3 +337,78 @@ def test_pydantic_fields_left_out_take_their_defaults() -> None:
         Customer.model_construct(name="Ada", place=Place.model_construct(city="x", since=_when)),
     )
     assert got.model_fields_set == {"name", "place"}
+
+
+# --- Dataclass fields set as object.__setattr__ would set them -------------------------------
+
+
+class Celsius:
+    """A data descriptor as a dataclass field: reading back must go through its ``__set__``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return 20.0 if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj: Any, value: float) -> None:
+        object.__setattr__(obj, self.slot, round(float(value), 1))
+
+
+@dataclasses.dataclass
+class Reading:
+    place: str
+    temperature: Celsius = Celsius()  # the descriptor is the point
+
+
+@dataclasses.dataclass
+class Base:
+    kind: str
+    note: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class SlottedChild(Base):
+    size: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FrozenSlots:
+    a: int
+    b: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenDict:
+    a: int
+    b: dict[str, int]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(Reading("kitchen", 21.5), id="descriptor-field"),
+        pytest.param(SlottedChild("box", note="n", size=3), id="dict-base-slotted-child"),
+        pytest.param(FrozenSlots(1, [2]), id="frozen-slots"),
+        pytest.param(FrozenDict(1, {"x": 2}), id="frozen-dict"),
+    ],
+)
+def test_dataclass_fields_read_back_as_object_setattr_sets_them(value: Any) -> None:
+    got = loads(dumps(value))
+    assert type(got) is type(value)
+    assert got == value
+    want = object.__new__(type(value))
+    for field in dataclasses.fields(value):
+        object.__setattr__(want, field.name, getattr(value, field.name))
+    assert getattr(got, "__dict__", None) == getattr(want, "__dict__", None)
+
+
+def test_dataclass_field_setters_pick_the_slot_the_dict_or_the_descriptor() -> None:
+    assert codec._field_setter(Base, "kind") is codec._IN_DICT
+    for name in ("kind", "size"):  # slots=True makes a slot of the inherited field too
+        assert codec._field_setter(SlottedChild, name) == SlottedChild.__dict__[name].__set__
+    descriptor = codec._field_setter(Reading, "temperature")
+    assert descriptor is not codec._IN_DICT
+    reading = Reading.__new__(Reading)
+    descriptor(reading, 3.14)
+    assert reading.temperature == 3.1
