@@ -49,9 +49,10 @@ BEFORE = (
     "average 1.8-2.0): JSON-only dumps 75,530 -> 145,495 ops/s, loads 136,425 -> 190,526, "
     "dumps+loads 46,534 -> 87,054 (0.39x -> 0.74x JsonPlusSerializer); rich dumps 30,954 -> "
     "30,253, loads 19,741 -> 23,346, dumps+loads 9,183 -> 10,341 (2.49x -> 2.80x). Across "
-    "this file's runs that day the JSON-only ratio came out 0.66-0.77x and the rich one "
-    "2.3-3.15x: the rich figure swings with the shared machine's load, since its dumps+loads "
-    "is Python on one side and mostly C on the other."
+    "ten runs of this file that day (load average 0.8-2.0) the JSON-only ratio came out "
+    "0.64-0.84x, and the rich one 2.17-3.15x with a median of 2.6x: the 3x rich target is "
+    "not met reliably, whatever the verdict of one run. Its dumps+loads swings with the "
+    "shared machine's load because it is Python on one side and mostly C on the other."
 )
 # What the profiles and part-by-part timings show, per state (min of 25 runs, 2026-12-03).
 WHERE = {
