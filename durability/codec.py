@@ -78,10 +78,10 @@ otherwise, ``[3]`` for a position, ``.field`` for a field.
 Reading back
 ============
 
-Dataclasses are rebuilt with ``cls.__new__`` and ``object.__setattr__`` (no ``__init__``, no
-``__post_init__``; frozen and slotted classes work), pydantic models with ``model_construct``
-(no validators; private attributes are not stored and take their defaults), enum members with
-``cls(value)``. An exception comes back as a :class:`CheckpointedException`; encoding that again
+Dataclasses are rebuilt with ``cls.__new__`` and their fields set as ``object.__setattr__``
+sets them (no ``__init__``, no ``__post_init__``; frozen and slotted classes work), pydantic
+models as ``model_construct`` builds them (no validators; private attributes are not stored
+and take their defaults), enum members with ``cls(value)``. An exception comes back as a :class:`CheckpointedException`; encoding that again
 writes the identical record.
 
 Default allowlist (what ``loads`` may import)
