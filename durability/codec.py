@@ -78,10 +78,10 @@ otherwise, ``[3]`` for a position, ``.field`` for a field.
 Reading back
 ============
 
-Dataclasses are rebuilt with ``cls.__new__`` and ``object.__setattr__`` (no ``__init__``, no
-``__post_init__``; frozen and slotted classes work), pydantic models with ``model_construct``
-(no validators; private attributes are not stored and take their defaults), enum members with
-``cls(value)``. An exception comes back as a :class:`CheckpointedException`; encoding that again
+Dataclasses are rebuilt with ``cls.__new__`` and their fields set as ``object.__setattr__``
+sets them (no ``__init__``, no ``__post_init__``; frozen and slotted classes work), pydantic
+models as ``model_construct`` builds them (no validators; private attributes are not stored
+and take their defaults), enum members with ``cls(value)``. An exception comes back as a :class:`CheckpointedException`; encoding that again
 writes the identical record.
 
 Default allowlist (what ``loads`` may import)
@@ -104,18 +104,29 @@ recognised through ``sys.modules``.
 Performance
 ===========
 
+A dict or list made only of JSON-native values is written by orjson and checked in C, not
+walked. orjson, with its passthrough options and no ``default``, refuses datetimes,
+dataclasses, subclasses, bytes, lone surrogates, integers beyond 64 bits, keys that are not
+``str`` and every type it does not know; ormsgpack, likewise, refuses what orjson would have
+written its own way (tuples, enum members, UUIDs); a NaN or infinity (looked for in
+ormsgpack's bytes) and a ``"$t"`` key (in the text) are the rest. Any of these, or a dict whose
+own values are not all of JSON's types, sends the value to the walk. A text above 32 KiB is
+checked by the walk instead of ormsgpack (which copies every byte, so a few long strings cost
+it more than they cost the walk), and orjson's text is kept when the walk changes nothing.
+
 The walk dispatches on ``type(value)``, returns JSON-native subtrees as they are (no copy), and
 builds paths only while an error unwinds; orjson writes and parses the text. A value holding a
 lone surrogate, an integer beyond 64 bits or a dict with a non-``str`` key is refused by orjson
 and walked a second time by a stricter walk that envelopes those (about twice the cost).
-``loads`` of text without ``"$t"`` is a bare ``orjson.loads``; otherwise it walks the parsed
-tree in place. A LangChain object costs LangChain's ``dumpd`` plus a trial load at write
-(about 0.1 ms per message). ``benchmarks/RESULTS.md`` has the figures.
+``loads`` of text without ``"$t"`` (most texts hold no ``$`` at all, a memchr away) is a bare
+``orjson.loads``; otherwise it walks the parsed tree in place. A LangChain object costs
+LangChain's ``dumpd`` plus a trial load at write (about 0.1 ms per message).
+``benchmarks/RESULTS.md`` has the figures and where the time goes.
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
 import dataclasses
 import importlib
 import os
@@ -127,12 +138,13 @@ from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
 from enum import Enum
 from math import isfinite
-from types import ModuleType
+from types import MemberDescriptorType, ModuleType
 from typing import Any, TypeVar
-from uuid import UUID
+from uuid import UUID, SafeUUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
+import ormsgpack
 
 from durability.errors import CodecError, ConfigError
 
@@ -144,10 +156,36 @@ _MARK = "$t"
 _MARK_STR = '"$t"'
 _MARK_BYTES = b'"$t"'
 _NONE_TYPE = type(None)
+_JSON_TYPES = frozenset({dict, list, str, int, float, bool, _NONE_TYPE})
 # orjson writes integers in [-2**63, 2**64 - 1]; others are enveloped.
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 _SURROGATE = re.compile(r"([\ud800-\udfff])")
+# With these options and no ``default``, ormsgpack refuses every value that is not JSON-native
+# (tuples, enum members, UUIDs, datetimes, dataclasses, subclasses, integers beyond 64 bits,
+# and any type it does not know), all of which orjson would write or the walk would envelope.
+_JSON_NATIVE_ONLY = (
+    ormsgpack.OPT_PASSTHROUGH_BIG_INT
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
+# orjson hands these to ``default`` (none is given, so it refuses them) instead of writing
+# them its own way.
+_ORJSON_JSON_ONLY = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+# Above this many bytes of text the fast path checks a value with the walk, not ormsgpack:
+# ormsgpack copies every byte, so a few long strings cost it more than they cost the walk.
+_SCREEN_LIMIT = 32 * 1024
+# ormsgpack packs a float as 0xcb and its 8 big-endian bytes; a NaN or an infinity has every
+# exponent bit set, so its first two bytes are 0x7f or 0xff, then 0xf0 or more.
+_NON_FINITE_FLOAT = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 _ONE_MICROSECOND = timedelta(microseconds=1)
 
 # langgraph.types names kept, each rebuilt with cls(**fields).
@@ -248,9 +286,61 @@ def dumps(value: Any, *, path: str = "value") -> str:
     Raises:
         CodecError: The value (or a part of it, named by ``path``) cannot be stored.
     """
+    data = _orjson_text(value)
+    if data is None:
+        return _dumps_walked(value, path)
+    if len(data) > _SCREEN_LIMIT:
+        # The walk checks a large text, costing per value where ormsgpack costs per byte (a
+        # few long strings cost it little); orjson's text stands if it keeps the value as is.
+        return _dumps_walked(value, path, kept=data)
+    text = data.decode()
+    return text if _is_json_native(value, text) else _dumps_walked(value, path)
+
+
+def _orjson_text(value: Any) -> bytes | None:
+    """orjson's text of a dict or list that may be JSON-native, or None when it cannot be.
+
+    orjson refuses datetimes, dataclasses, subclasses and every type it does not know. A dict
+    holding a value of another type at its top goes to the walk without trying: looking costs
+    a quarter of a failed attempt.
+    """
+    cls = type(value)
+    if cls is list or (cls is dict and _JSON_TYPES.issuperset(map(type, value.values()))):
+        try:
+            return orjson.dumps(value, option=_ORJSON_JSON_ONLY)
+        except TypeError:  # orjson's refusals are TypeErrors
+            pass
+    return None
+
+
+def _is_json_native(value: Any, text: str) -> bool:
+    """Whether orjson's ``text`` of ``value`` is exactly what the walk would write.
+
+    ormsgpack refuses in C what orjson writes its own way (tuples, enum members, UUIDs); a NaN
+    or infinity (orjson's ``null``) and a ``"$t"`` key (left unescaped) are looked for.
+    """
+    if _may_hold_envelope(text):
+        return False
+    try:
+        packed = ormsgpack.packb(value, option=_JSON_NATIVE_ONLY)
+    except TypeError:  # ormsgpack's refusals are TypeErrors
+        return False
+    first = packed.find(b"\xcb")  # memchr to the first float, if any: the scan starts there
+    return first == -1 or _NON_FINITE_FLOAT.search(packed, first) is None
+
+
+def _dumps_walked(value: Any, path: str, kept: bytes | None = None) -> str:
+    """Encode ``value`` through the walk, which envelopes what JSON cannot hold.
+
+    ``kept`` is orjson's text of ``value`` when already written: it is the answer if the walk
+    keeps the value as it is.
+    """
     try:
         try:
-            return orjson.dumps(_FAST.encode(value)).decode()
+            walked = _FAST.encode(value)
+            if walked is value and kept is not None:
+                return kept.decode()
+            return orjson.dumps(walked).decode()
         except orjson.JSONEncodeError:
             # orjson refuses lone surrogates, integers beyond 64 bits and non-str dict keys;
             # the strict walk envelopes them (it is slower, so only such values pay for it).
@@ -306,7 +396,7 @@ def loads(
             "it was damaged or not written by durability.codec, restore it from a copy",
             path=path,
         ) from None
-    if (_MARK_STR if type(text) is str else _MARK_BYTES) not in text:  # type: ignore[operator]
+    if not _may_hold_envelope(text):
         return data  # no envelope anywhere: orjson's result is the value
     if isinstance(allowed_modules, str):
         allowed: tuple[str, ...] = (allowed_modules,)
@@ -323,6 +413,14 @@ def loads(
         raise CodecError(
             f"cannot read back {path}: it is nested too deeply to decode", path=path
         ) from None
+
+
+def _may_hold_envelope(text: str | bytes) -> bool:
+    # A search for one character runs at memchr speed, and most texts hold no "$" at all; the
+    # search for the marker is several times slower on JSON, where '"' is everywhere.
+    if isinstance(text, str):
+        return "$" in text and _MARK_STR in text
+    return b"$" in text and _MARK_BYTES in text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,9 +521,13 @@ def _enc_float(value: float) -> float:
 
 
 def _enc_datetime(value: datetime) -> dict[str, Any]:
-    out: dict[str, Any] = {_MARK: "dt", "v": value.isoformat()}
     tz = value.tzinfo
-    if tz is not None and tz is not UTC:
+    if tz is None or tz is UTC:
+        # orjson writes these exactly as isoformat() does, in a third of the time (an aware
+        # isoformat() asks its tzinfo for the offset); it would round an offset's seconds away.
+        out: dict[str, Any] = {_MARK: "dt", "v": orjson.dumps(value)[1:-1].decode()}
+    else:
+        out = {_MARK: "dt", "v": value.isoformat()}
         _add_zone(out, tz)
     if value.fold:
         out["f"] = 1
@@ -476,7 +578,8 @@ def _enc_uuid(value: UUID) -> dict[str, Any]:
 
 
 def _enc_bytes(value: bytes) -> dict[str, Any]:
-    return {_MARK: "b", "v": base64.b64encode(value).decode("ascii")}
+    # binascii is what base64.b64encode and b64decode(validate=True) call, minus their wrapping.
+    return {_MARK: "b", "v": binascii.b2a_base64(value, newline=False).decode("ascii")}
 
 
 def _enc_int_strict(value: int) -> int | dict[str, Any]:
@@ -808,6 +911,10 @@ class _Encoder:
 
 
 _ABSENT = object()
+_new_object = object.__new__
+# Sets an attribute past a class's own __setattr__, so works on frozen and slotted classes.
+_set_attribute = object.__setattr__
+_UUID_SAFETY_UNKNOWN = SafeUUID.unknown  # an enum member's lookup is slow on a hot path
 
 
 def _ordered(value: set[Any] | frozenset[Any]) -> Iterable[Any]:
@@ -1033,11 +1140,19 @@ def _dec_decimal(value: dict[str, Any], allowed: tuple[str, ...]) -> Decimal:
 
 
 def _dec_uuid(value: dict[str, Any], allowed: tuple[str, ...]) -> UUID:
-    return UUID(value["v"])
+    digits = value["v"]
+    if type(digits) is str and len(digits) == 32 and digits.isascii() and digits.isalnum():
+        # What the codec writes, built as UUID.__setstate__ builds it: a third faster than
+        # UUID(digits), which first strips braces, dashes and "urn:uuid:" it never finds here.
+        uuid = _new_object(UUID)
+        _set_attribute(uuid, "int", int(digits, 16))
+        _set_attribute(uuid, "is_safe", _UUID_SAFETY_UNKNOWN)
+        return uuid
+    return UUID(digits)
 
 
 def _dec_bytes(value: dict[str, Any], allowed: tuple[str, ...]) -> bytes:
-    return base64.b64decode(_text(value["v"]), validate=True)
+    return binascii.a2b_base64(_text(value["v"]), strict_mode=True)
 
 
 def _dec_int(value: dict[str, Any], allowed: tuple[str, ...]) -> int:
@@ -1169,16 +1284,18 @@ def _missing_field(path: str, name: str) -> _Refused:
 
 def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
     known = {field.name: field for field in dataclasses.fields(cls)}
-    new = cls.__new__
-    # object.__setattr__ works for frozen and slotted classes and runs no __init__.
-    set_field = object.__setattr__
+    setters = {name: _field_setter(cls, name) for name in known}
+    in_dict = _IN_DICT in setters.values()
+    new = cls.__new__  # runs no __init__
 
     def read(stored: Any, allowed: tuple[str, ...]) -> Any:
         if type(stored) is not dict:
             raise TypeError("the fields must be an object")
         obj = new(cls)
+        namespace = obj.__dict__ if in_dict else None
         for name, item in stored.items():
-            if name not in known:
+            setter = setters.get(name)
+            if setter is None:
                 raise _unknown_field(path, name)
             if type(item) is dict or type(item) is list:
                 try:
@@ -1186,15 +1303,18 @@ def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], A
                 except _Refused as refused:
                     refused.parts.append("." + name)
                     raise
-            set_field(obj, name, item)
+            if setter is _IN_DICT:
+                namespace[name] = item  # type: ignore[index]  # in_dict: a dict is there
+            else:
+                setter(obj, item)
         if len(stored) != len(known):
             for name, field in known.items():
                 if name in stored:
                     continue
                 if field.default is not dataclasses.MISSING:
-                    set_field(obj, name, field.default)
+                    _set_attribute(obj, name, field.default)
                 elif field.default_factory is not dataclasses.MISSING:
-                    set_field(obj, name, field.default_factory())
+                    _set_attribute(obj, name, field.default_factory())
                 else:
                     raise _missing_field(path, name)
         return obj
@@ -1202,23 +1322,80 @@ def _dataclass_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], A
     return read
 
 
+_IN_DICT = object()
+
+
+def _field_setter(cls: type, name: str) -> Any:
+    """How to set a field past the class's own __setattr__, as ``object.__setattr__`` would.
+
+    A slot's own setter, or ``_IN_DICT`` for a field kept in the instance's dict: each a third
+    of ``object.__setattr__``'s cost, which stays for any other kind of class attribute.
+    """
+    attribute = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+    if type(attribute) is MemberDescriptorType:
+        return attribute.__set__
+    kind = type(attribute)
+    if cls.__dictoffset__ and not (hasattr(kind, "__set__") or hasattr(kind, "__delete__")):
+        return _IN_DICT
+    return lambda obj, value: _set_attribute(obj, name, value)
+
+
 def _pydantic_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
-    known = frozenset(cls.model_fields)
+    names = tuple(cls.model_fields)
+    known = frozenset(names)
     required = tuple(name for name, field in cls.model_fields.items() if field.is_required())
+    required_set = frozenset(required)
     keeps_extra = cls.model_config.get("extra") == "allow"
+    construct = _pydantic_constructor(cls, names)
 
     def read(stored: Any, allowed: tuple[str, ...]) -> Any:
         stored = _decode_fields(stored, allowed)
-        if not keeps_extra:
-            for name in stored:
-                if name not in known:
-                    raise _unknown_field(path, name)
-        for name in required:
-            if name not in stored:
-                raise _missing_field(path, name)
+        # Each check is one set comparison in C; the name is looked for only when one fails.
+        if not (keeps_extra or stored.keys() <= known):
+            raise _unknown_field(path, next(name for name in stored if name not in known))
+        if not stored.keys() >= required_set:
+            raise _missing_field(path, next(name for name in required if name not in stored))
+        if construct is not None and len(stored) == len(names):
+            return construct(stored)
         return cls.model_construct(**stored)  # no validators run
 
     return read
+
+
+def _pydantic_constructor(
+    cls: Any, names: tuple[str, ...]
+) -> Callable[[dict[str, Any]], Any] | None:
+    """What ``model_construct`` does with every field given by name, in a third of the time.
+
+    None for a model where it does more: one with private attributes or a post-init hook, a
+    root model, one keeping extra fields, one where an alias could claim another field's name.
+    """
+    claimed = [
+        alias
+        for name, field in cls.model_fields.items()
+        for alias in (field.alias, field.validation_alias)
+        if alias is not None and alias != name
+    ]
+    if (
+        cls.__pydantic_post_init__
+        or cls.__pydantic_root_model__
+        or cls.model_config.get("extra") == "allow"
+        or not all(type(alias) is str and alias not in names for alias in claimed)
+    ):
+        return None
+    new = cls.__new__
+
+    def construct(fields: dict[str, Any]) -> Any:
+        if tuple(fields) != names:  # model_construct keeps the class's field order
+            fields = {name: fields[name] for name in names}
+        model = new(cls)
+        _set_attribute(model, "__dict__", fields)
+        _set_attribute(model, "__pydantic_fields_set__", set(names))
+        _set_attribute(model, "__pydantic_extra__", None)
+        _set_attribute(model, "__pydantic_private__", None)
+        return model
+
+    return construct
 
 
 def _enum_reader(cls: Any, path: str) -> Callable[[Any, tuple[str, ...]], Any]:
