@@ -95,8 +95,8 @@ class EncodedCheckpoint:
         store fills them); the result must have both. A :class:`~durability.crypto.Sealed`
         state is kept as its envelope (a restore carries ciphertext untouched).
         """
-        texts = [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS[1:]]
-        texts.insert(0, _state_text(cp.state))
+        texts = [_state_text(cp.state)]  # first: a refusal names the state before the rest
+        texts += [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS[1:]]
         state, node_input, node_output, counters, context, metadata = texts
         created_at = created_at or cp.created_at
         assert created_at is not None
