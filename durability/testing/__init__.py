@@ -21,12 +21,14 @@ several claimers are exercised. The checks are grouped by what they exercise:
 ``parks``     the park rules and one-winner claims
 ``outbox``    replication state and connection records
 ``processes`` several processes, and server connections dropped under the store
+``tombstones`` erased threads: every later write refused, on every handle
+
 ============  ===================================================================
 """
 
 from __future__ import annotations
 
-from durability.testing import core, ledger, outbox, parks, processes
+from durability.testing import core, ledger, outbox, parks, processes, tombstones
 from durability.testing.suite import (
     CHECKS,
     START,
