@@ -47,7 +47,7 @@ CORE_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == core.__name__]
 #: The checks of each opt-in capability, by the attribute that holds it on a store.
 CAPABILITY_CHECKS: dict[str, list[Check]] = {
     module.__name__.rpartition(".")[2]: [c for c in CHECKS if c.__module__ == module.__name__]
-    for module in (ledger, parks, outbox)
+    for module in (ledger, parks, outbox, tombstones)
 }
 
 __all__ = [

@@ -37,11 +37,13 @@ def check_tombstone_refuses_writes(target: StoreTarget) -> None:
     """A tombstoned thread refuses every write, on this handle and another; others write on."""
     clock = FrozenClock(START)
     with target.open(clock=clock) as store, target.open(clock=clock) as other:
-        assert store.tombstones is not None and other.tombstones is not None
+        assert store.tombstones is not None
+        assert other.tombstones is not None
         store.put(sample("t-gone", 0))
         stone = store.tombstones.bury("t-gone", by="dpo@example.com")
         assert re.fullmatch(r"[0-9a-f]{32}", stone.hash), stone.hash
-        assert stone.erased_at == START and stone.erased_by == "dpo@example.com"
+        assert stone.erased_at == START
+        assert stone.erased_by == "dpo@example.com"
         assert other.tombstones.hash_of("t-gone") == stone.hash  # one secret per store
         for handle in (store, other):
             _refuses_every_write(handle, "t-gone")
@@ -82,6 +84,7 @@ def check_tombstone_hostile_ids(target: StoreTarget) -> None:
         assert store.tombstones is not None
         for thread_id in HOSTILE_IDS[:6]:
             store.tombstones.bury(thread_id)
-            raises(ThreadErased, lambda t=thread_id: store.put(sample(t, 0)))
+            erased = sample(thread_id, 0)
+            raises(ThreadErased, lambda: store.put(erased))  # noqa: B023 - called at once
             store.put(sample(thread_id + "x", 0))
         assert store.tombstones.count() == 6
