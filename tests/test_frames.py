@@ -540,7 +540,7 @@ def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]
             times = [parse_time(r["created_at"]) for r in rows]
             assert ths.loc[eid, "checkpoints"] == len(rows)
             assert ths.loc[eid, "newest_at"] == pd.Timestamp(max(t for t in times if t))
-            assert ths.loc[eid, "status"] == rows[-1]["status"]
+            assert ths.loc[eid, "status"] == status_word(rows[-1]["status"])
             assert ths.loc[eid, "size_bytes"] == sum(c.size_bytes or 0 for c in store.history(eid))
         assert ths["parked"].to_dict() == {eid: eid == "exec-paused" for eid in written}
 

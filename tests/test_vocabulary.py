@@ -37,7 +37,8 @@ def test_a_parked_run_is_one_word_everywhere() -> None:
     assert vocabulary.status_colour("something else") == vocabulary.OTHER_COLOUR
     colours = [vocabulary.STATUS_COLOURS[s] for s in vocabulary.RUN_STATUSES]
     assert len(set(colours)) == len(colours), "each status its own colour"
-    assert vocabulary.IN_FORCE_COLOUR not in colours and vocabulary.PROPOSED_COLOUR not in colours
+    assert vocabulary.IN_FORCE_COLOUR not in colours
+    assert vocabulary.PROPOSED_COLOUR not in colours
 
 
 def test_policy_roles_have_one_colour_and_say_which() -> None:
@@ -82,7 +83,8 @@ def test_date_labels_match_the_data_under_them() -> None:
     assert axis.get_label_text() == "sweep day (UTC), 2026-11-25 to 2027-01-04"
     assert axis.get_offset_text().get_text() == ""
     labels = [t.get_text() for t in axis.get_ticklabels() if t.get_text()]
-    assert labels and all(label.split()[0] in ("Nov", "Dec", "Jan") for label in labels), labels
+    assert labels
+    assert all(label.split()[0] in ("Nov", "Dec", "Jan") for label in labels), labels
 
 
 def test_flat_charts_say_why() -> None:
@@ -128,9 +130,11 @@ def test_cli_tables_read_in_peoples_units_and_json_keeps_numbers(tmp_path: Path)
         size = store.latest("t1").size_bytes  # type: ignore[union-attr]
     listed = CliRunner().invoke(cli, ["threads", "list", url])
     assert listed.exit_code == 0, listed.output
-    assert format_bytes(size) in listed.output and str(size) not in listed.output
+    assert format_bytes(size) in listed.output
+    assert str(size) not in listed.output
     shown = CliRunner().invoke(cli, ["threads", "show", url, "t1"])
-    assert "parked" in shown.output and "interrupted" not in shown.output
+    assert "parked" in shown.output
+    assert "interrupted" not in shown.output
     as_json = CliRunner().invoke(cli, ["threads", "list", url, "--json"])
     assert f'"size_bytes": {size}' in as_json.output
 
