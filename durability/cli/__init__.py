@@ -13,6 +13,7 @@ from durability._version import __version__
 from durability.cli import (
     demo,
     doctor,
+    keys,
     lab,
     ops,
     outbox,
@@ -48,6 +49,7 @@ for module in (
     plane,
     sweep,
     ops,
+    keys,
     doctor,
 ):
     module.register(cli)
