@@ -100,6 +100,8 @@ def _show_plan(plan: Any, where: str, as_json: bool) -> None:
         f"{total['threads']} threads ({total['checkpoints']} checkpoints, {format_bytes(total['size_bytes'])}); "
         "nothing was deleted"
     )
+    for note in summary["notes"]:
+        click.echo(f"note: {note}")
     counts, going = summary["counts"], summary["delete"]
     print_table(
         ["horizon", "delete", "checkpoints", "bytes", "spared", "not due", "skipped"],

@@ -102,6 +102,14 @@ COLUMNS: dict[str, dict[str, str]] = {
         "expired": "bool",
     },
     "retention": dict(PLAN_COLUMNS),
+    "problems": {
+        "check": "string",
+        "severity": "category",
+        "thread_id": "string",
+        "rows": "int64",
+        "detail": "string",
+        "fix": "string",
+    },
     "runs": {
         "run_id": "string",
         "thread_id": "string",
