@@ -99,6 +99,8 @@ def _show_plan(plan: Any, where: str, as_json: bool) -> None:
         f"{total['threads']} threads ({total['checkpoints']} checkpoints, {total['size_bytes']} bytes); "
         "nothing was deleted"
     )
+    for note in summary["notes"]:
+        click.echo(f"note: {note}")
     counts, going = summary["counts"], summary["delete"]
     print_table(
         ["horizon", "delete", "checkpoints", "bytes", "spared", "not due", "skipped"],
