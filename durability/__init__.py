@@ -21,6 +21,7 @@ from durability.model import (
 
 if TYPE_CHECKING:
     from durability.stores.base import Store
+    from durability.transfer import CopyResult
 
 
 def open(url: str | None = None, **options: Any) -> Store:
@@ -37,6 +38,17 @@ def open(url: str | None = None, **options: Any) -> Store:
     return open_store(url or settings.url, settings=settings, **options)
 
 
+def copy(source: Store | str, destination: Store | str, **options: Any) -> CopyResult:
+    """Copy threads from one store (or URL) into a durability store; see :mod:`durability.transfer`.
+
+    Options: ``threads``, ``since``, ``owner``, ``rename``, ``progress``, ``chunk_size``;
+    :func:`durability.transfer.plan_copy` previews the same copy.
+    """
+    from durability.transfer import copy as run_copy
+
+    return run_copy(source, destination, **options)
+
+
 __all__ = [
     "Checkpoint",
     "Deleted",
@@ -46,5 +58,6 @@ __all__ = [
     "PendingWrite",
     "ThreadRecord",
     "__version__",
+    "copy",
     "open",
 ]

@@ -11,6 +11,7 @@ import click
 from durability._extras import missing_extra
 from durability._version import __version__
 from durability.cli import (
+    copy,
     demo,
     keys,
     lab,
@@ -36,7 +37,21 @@ def cli() -> None:
     """
 
 
-for module in (demo, lab, report, store, threads, runs, restore, outbox, plane, sweep, ops, keys):
+for module in (
+    demo,
+    lab,
+    report,
+    store,
+    threads,
+    copy,
+    runs,
+    restore,
+    outbox,
+    plane,
+    sweep,
+    ops,
+    keys,
+):
     module.register(cli)
 
 
