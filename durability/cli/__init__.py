@@ -13,6 +13,7 @@ from durability._version import __version__
 from durability.cli import (
     copy,
     demo,
+    doctor,
     keys,
     lab,
     ops,
@@ -51,6 +52,7 @@ for module in (
     sweep,
     ops,
     keys,
+    doctor,
 ):
     module.register(cli)
 
