@@ -42,7 +42,9 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_table,
     parks,
+    synced_table,
     thread_key,
     threads,
     time_of,
@@ -163,7 +165,16 @@ class SQLStore(Store):
 
     def _wipe(self) -> None:
         with self.db.write("reset the store") as conn:
-            for table in (checkpoints, writes, threads, parks, connections, meta_table):
+            for table in (
+                outbox_table,
+                synced_table,
+                checkpoints,
+                writes,
+                threads,
+                parks,
+                connections,
+                meta_table,
+            ):
                 conn.execute(table.delete())
 
     # ------------------------------------------------------------------ checkpoints
@@ -181,8 +192,9 @@ class SQLStore(Store):
     def _insert_once(
         self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
     ) -> list[int]:
-        if len(rows) == 1 and not retry:  # the hot path: one INSERT … RETURNING, autocommitted
-            params = self.sql.insert_params(rows[0], synced)
+        if len(rows) == 1 and not (retry or synced):
+            # The hot path: one INSERT … RETURNING, autocommitted (its trigger queues the row).
+            params = self.sql.insert_params(rows[0])
             try:
                 return [int(self.db.execute("put a checkpoint", self.sql.insert, params)[0][0])]
             except StoreError as exc:
@@ -192,8 +204,7 @@ class SQLStore(Store):
                         conflict_message(first.thread_id, first.namespace, first.checkpoint_id)
                     ) from exc.__cause__
                 raise
-        transaction = self.db.one if len(rows) == 1 else self.db.write
-        with transaction("put checkpoints") as conn:
+        with self.db.write("put checkpoints") as conn:
             return self.insert_rows(conn, rows, synced, retry=retry)
 
     def insert_rows(
@@ -204,17 +215,22 @@ class SQLStore(Store):
         *,
         retry: bool = False,
     ) -> list[int]:
-        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs."""
+        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs.
+
+        The outbox trigger queues every row; ``synced`` rows (the plane has them) leave it again
+        in the same transaction.
+        """
         if retry:
             found = [self._stored_copy(conn, r) for r in rows]
             if all(s is not None for s in found):
                 return [s for s in found if s is not None]
         try:
             if len(rows) == 1:
-                params = self.sql.insert_params(rows[0], synced)
-                return [int(conn.exec_driver_sql(self.sql.insert, params).scalar_one())]
-            values = [row_values(r, synced) for r in rows]
-            return [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
+                params = self.sql.insert_params(rows[0])
+                seqs = [int(conn.exec_driver_sql(self.sql.insert, params).scalar_one())]
+            else:
+                values = [row_values(r) for r in rows]
+                seqs = [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
         except sa_exc.IntegrityError as exc:
             # The unique hash of (thread, namespace, id): stores never overwrite a checkpoint.
             first = rows[0]
@@ -224,6 +240,10 @@ class SQLStore(Store):
                     f"one of {len(rows)} checkpoints was refused, nothing was written: " + message
                 )
             raise CheckpointConflict(message) from exc
+        if synced:
+            for chunk in chunks(seqs):
+                conn.execute(outbox_table.delete().where(outbox_table.c.seq.in_(chunk)))
+        return seqs
 
     def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
         """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
