@@ -2,7 +2,7 @@
 
 Run with ``.venv/bin/python benchmarks/bench_langgraph.py [--runs 3] [--pg-dsn DSN]``
 (default DSN: ``postgresql://postgres@127.0.0.1:5432/test``; a throw-away schema is created and
-dropped). The workload follows reference/langgraph.md §8: v4 checkpoints built the way a graph
+dropped). The workload follows LangGraph's own benchmark shape: v4 checkpoints built the way a graph
 run builds them (uuid6 ids, the saver's own ``get_next_version``, ``versions_seen``, the parent
 id from the previous put), round-robin over 50 threads, a chat-like ~2 KB state in which every
 channel changes every step. Only the saver call is timed; every run starts from an empty store.

@@ -165,7 +165,7 @@ def render(rows: list[tuple[str, float, str, bool | None]], runs: int) -> str:
         lines.append(f"| {label} | {seconds:.3f} | {target} | {verdict} |")
     lines += [
         "",
-        "No peer exists: none of the reference systems (anchors §3: LangGraph, DBOS, Temporal, Restate, "
+        "No peer exists: none of the reference systems (LangGraph, DBOS, Temporal, Restate, "
         "Litestream, Airflow, Prefect, Celery) simulates a retention policy over its threads, "
         "so there is no figure to put beside these. The cost is one pass per policy over the "
         "threads (numpy `searchsorted` + `bincount` against the day grid); the retention rules "

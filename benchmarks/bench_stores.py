@@ -4,7 +4,7 @@ Run with ``python benchmarks/bench_stores.py [--backends memory,sqlite,postgres,
 (needs the ``bench`` extra; Postgres and Redis on loopback, see ``--pg-url`` / ``--redis-url``;
 every run uses a throw-away schema or key prefix and removes it).
 
-The method is reference/langgraph.md §8: states are chat-like nested dicts of about 2 KB and
+The method follows LangGraph's own benchmark shape: states are chat-like nested dicts of about 2 KB and
 100 KB in which every channel changes at every step; LangGraph checkpoints are built the way a
 graph run builds them (v4, uuid6 ids, the saver's own ``get_next_version``, ``versions_seen``,
 the parent id from the previous put); every argument is built before timing and only the store

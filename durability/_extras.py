@@ -14,6 +14,7 @@ from durability.errors import MissingExtra
 EXTRA_OF_MODULE = {
     "psycopg": "postgres",
     "redis": "redis",
+    "cryptography": "crypto",
     "starlette": "plane",
     "uvicorn": "plane",
     "pandas": "notebook",

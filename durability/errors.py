@@ -22,9 +22,14 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     │   ├── CapabilityError                    the store lacks an optional capability
     │   │   └── ReadOnlyStoreError             a write to a store opened read-only (a foreign one)
     │   ├── ParkRefused (ValueError)           a park the park rules refuse
-    │   └── LeaseError
-    │       ├── LeaseHeld                      another holder has a live lease
-    │       └── LeaseLost                      the caller's lease expired or was taken
+    │   ├── LeaseError
+    │   │   ├── LeaseHeld                      another holder has a live lease
+    │   │   └── LeaseLost                      the caller's lease expired or was taken
+    │   └── EncryptionError                    sealed checkpoint state that cannot be used
+    │       ├── StateEncrypted                 state asked of a store opened without its keys
+    │       ├── PlaintextRefused               a clear row read by a store that encrypts
+    │       ├── KeyMissing (KeyError)          a row sealed under a key the keyring lacks
+    │       └── DecryptionFailed               a ciphertext that does not open (tampered, moved)
     ├── ReplicationError                       talking to the control plane
     │   └── PlaneRoutingError (+RestoreError)  a thread's path did not reach the plane's handler
     ├── RestoreError
@@ -122,6 +127,31 @@ class LeaseHeld(LeaseError):
 
 class LeaseLost(LeaseError):
     """The caller's lease expired or was taken over; the run must stop writing."""
+
+
+class EncryptionError(StoreError):
+    """Sealed checkpoint state (customer-held encryption) could not be used. Messages name the
+    row and key ids, never a key."""
+
+
+class StateEncrypted(EncryptionError):
+    """The state asked for is sealed and the store was opened without a keyring."""
+
+
+class PlaintextRefused(EncryptionError):
+    """A store that encrypts read a row held in clear (fail-closed; ``allow_plaintext=True``
+    reads it during a migration)."""
+
+
+class KeyMissing(EncryptionError, KeyError):
+    """A row is sealed under a key id the keyring does not hold."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class DecryptionFailed(EncryptionError):
+    """A ciphertext did not open under its key: tampered, damaged, or moved to another row."""
 
 
 class ReplicationError(DurabilityError):

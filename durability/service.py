@@ -180,7 +180,7 @@ class OpsService:
         """The removed flows-engine prune route: 410, naming what replaced it."""
         return _error(
             410,
-            f"POST {PRUNE_ROUTE} was removed (seed 004): the checkpoint sweep replaces it; "
+            f"POST {PRUNE_ROUTE} was removed: the checkpoint sweep replaces it; "
             f"call POST {SWEEP_ROUTE} with the admin token (retention comes from "
             "DURABILITY_WAITING_RETENTION and DURABILITY_FINISHED_RETENTION)",
             replacement=f"POST {SWEEP_ROUTE}",

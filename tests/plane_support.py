@@ -53,7 +53,7 @@ class FaultLayer:
     Screens, applied to requests with no queued fault: ``refuse_carrying`` maps a checkpoint id
     to a status that refuses any batch carrying it (the plane never sees that batch), and
     ``misaddressed`` maps checkpoint ids to reasons the plane's 201 also "rejects" whenever the
-    batch does not carry them (a plane answering about rows it was not sent, reference §6.20).
+    batch does not carry them (a plane answering about rows it was not sent).
     """
 
     def __init__(self, app: Any) -> None:

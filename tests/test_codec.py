@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durability import codec
-from durability.codec import CheckpointedException, allow_modules, dumps, loads
+from durability.codec import CheckpointedException, _decoder, allow_modules, dumps, loads
 from durability.errors import CodecError
 from durability.model import Checkpoint
 
@@ -836,7 +836,7 @@ def stored_foreign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(codec.ENV_ALLOWED_MODULES, raising=False)
-    monkeypatch.setattr(codec, "_allowed_prefixes", codec._allowed_prefixes)
+    monkeypatch.setattr(_decoder, "_allowed_prefixes", _decoder._allowed_prefixes)
     module = __import__(name)
     text = dumps({"x": [module.Foreign(1), module.Shade.DARK]})
     del sys.modules[name]

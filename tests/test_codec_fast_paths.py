@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durability import codec
-from durability.codec import dumps, loads
+from durability.codec import _decoder, dumps, loads
 from durability.errors import CodecError
 
 
@@ -276,14 +276,14 @@ def _constructed_alike(got: pydantic.BaseModel, want: pydantic.BaseModel) -> Non
 
 @pytest.mark.parametrize("model", [Customer, Place, Renamed])
 def test_pydantic_models_built_directly(model: type[pydantic.BaseModel]) -> None:
-    assert codec._pydantic_constructor(model, tuple(model.model_fields)) is not None
+    assert _decoder._pydantic_constructor(model, tuple(model.model_fields)) is not None
 
 
 @pytest.mark.parametrize(
     "model", [AliasClaimsAField, ChoosesAnAlias, KeepsExtras, HasPrivate, PostInit, Numbers]
 )
 def test_pydantic_models_left_to_model_construct(model: type[pydantic.BaseModel]) -> None:
-    assert codec._pydantic_constructor(model, tuple(model.model_fields)) is None
+    assert _decoder._pydantic_constructor(model, tuple(model.model_fields)) is None
 
 
 _when = datetime(2026, 1, 1, tzinfo=UTC)
@@ -404,11 +404,11 @@ def test_dataclass_fields_read_back_as_object_setattr_sets_them(value: Any) -> N
 
 
 def test_dataclass_field_setters_pick_the_slot_the_dict_or_the_descriptor() -> None:
-    assert codec._field_setter(Base, "kind") is codec._IN_DICT
+    assert _decoder._field_setter(Base, "kind") is _decoder._IN_DICT
     for name in ("kind", "size"):  # slots=True makes a slot of the inherited field too
-        assert codec._field_setter(SlottedChild, name) == SlottedChild.__dict__[name].__set__
-    descriptor = codec._field_setter(Reading, "temperature")
-    assert descriptor is not codec._IN_DICT
+        assert _decoder._field_setter(SlottedChild, name) == SlottedChild.__dict__[name].__set__
+    descriptor = _decoder._field_setter(Reading, "temperature")
+    assert descriptor is not _decoder._IN_DICT
     reading = Reading.__new__(Reading)
     descriptor(reading, 3.14)
     assert reading.temperature == 3.1

@@ -1,4 +1,4 @@
-"""A store once connected keeps replicating after a clean disconnect (seed 000: an un-acked
+"""A store once connected keeps replicating after a clean disconnect (an un-acked
 checkpoint is never dropped for being old; rows written while not connected replicate at the
 next connect): the sweep and `durability threads delete` keep what the plane lacks, `outbox
 status` says the project is disconnected, and only `durability outbox forget` gives a plane up.

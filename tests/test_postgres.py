@@ -255,7 +255,7 @@ def test_sessions_are_named_and_pooled(admin: Any, schema: str) -> None:
 
 def test_checkpoints_without_a_generation_are_refused(admin: Any, schema: str) -> None:
     """A schema holding checkpoints but no recorded generation is refused at first use, naming
-    the reset command; after `reset` the store is usable again (seed 004 "The store format")."""
+    the reset command; after `reset` the store is usable again."""
     with open_pg(schema) as store:
         store.put(Checkpoint(thread_id="t"))
     with admin.begin() as conn:

@@ -123,7 +123,7 @@ def test_not_connected_sends_nothing(store: Store, plane: PlaneHandle) -> None:
 
 
 def test_restored_rows_are_never_sent(store: Store, plane: PlaneHandle) -> None:
-    """A row written with synced=True (what a restore writes) is not replicated back (§6.5)."""
+    """A row written with synced=True (what a restore writes) is not replicated back."""
     store.put(cp("t-restored", 0), synced=True)
     fresh = store.put(cp("t-restored", 1))
     link(store, plane).close(timeout=5)
@@ -148,7 +148,7 @@ def test_writes_never_block_on_the_plane(store: Store, plane: PlaneHandle) -> No
 def test_a_write_during_an_in_flight_drain_is_sent_by_that_drain(
     store: Store, plane: PlaneHandle
 ) -> None:
-    """The lost-wakeup fix (§6.1): a row written while a pass waits on the plane goes out in that pass."""
+    """The lost-wakeup fix: a row written while a pass waits on the plane goes out in that pass."""
     conn = link(store, plane, background=False)
     store.put(cp("t-wake", 0))
     plane.faults.faults.append("hold")
@@ -167,7 +167,7 @@ def test_a_write_during_an_in_flight_drain_is_sent_by_that_drain(
 def test_nan_is_refused_at_write_so_it_cannot_stall_the_outbox(
     store: Store, plane: PlaneHandle
 ) -> None:
-    """A NaN never reaches the outbox (the codec refuses it at write, §6.2); later rows replicate."""
+    """A NaN never reaches the outbox (the codec refuses it at write); later rows replicate."""
     with pytest.raises(CodecError, match=r"state\.score"):
         store.put(cp("t-nan", 0, state={"score": float("nan")}))
     store.put(cp("t-nan", 1))
@@ -176,7 +176,7 @@ def test_nan_is_refused_at_write_so_it_cannot_stall_the_outbox(
 
 
 def test_hostile_ids_end_to_end(store: Store, plane: PlaneHandle) -> None:
-    """Ids with / ? # % .. spaces and 10 KB replicate and read back by exactly that id (§6.7)."""
+    """Ids with / ? # % .. spaces and 10 KB replicate and read back by exactly that id."""
     for hostile in HOSTILE_IDS:
         store.put(
             Checkpoint(
@@ -236,7 +236,7 @@ def test_one_connection_per_project_each_draining_only_its_rows(
 
 
 def test_bad_key_at_connect_raises_and_leaves_nothing(store: Store, plane: PlaneHandle) -> None:
-    """A key the plane refuses fails connect cleanly (§6.14): no record, no drain, no key in the message."""
+    """A key the plane refuses fails connect cleanly: no record, no drain, no key in the message."""
     bad = "dpk_not-a-real-key-0123456789"
     with pytest.raises(ReplicationError) as raised:
         link(store, plane, key=bad)
@@ -344,7 +344,7 @@ def test_runner_rows_replicate_as_their_resource_under_the_runs_project(
     store: Store, plane: PlaneHandle
 ) -> None:
     """A runner's rows reach the plane as resource_type ``agent`` with its registered plane id, a
-    flow's as ``chain`` under its name (seed 000: read from the root of ``agent_path``); a flow's
+    flow's as ``chain`` under its name (read from the root of ``agent_path``); a flow's
     agent node writes under the flow's project, so the project's connection sends it all."""
     conn = link(store, plane, background=False, project_id="shop")
     helper = Runner("helper", [("answer", lambda s, c: {**s, "answer": 42})])
@@ -627,7 +627,7 @@ def test_rejections_naming_ids_outside_the_batch_are_ignored(
     store: Store, plane: PlaneHandle
 ) -> None:
     """A 201 whose rejections name rows the batch did not carry (one still pending, one unknown)
-    quarantines nothing: those rows are sent and synced as usual (reference §6.20)."""
+    quarantines nothing: those rows are sent and synced as usual."""
     conn = link(store, plane, background=False, batch_rows=4)
     for n in range(8):
         store.put(cp("t-misaddressed", n))
@@ -721,7 +721,7 @@ def test_rows_over_an_announced_cap_are_quarantined_without_being_sent(
 def test_a_run_end_refused_for_size_is_followed_by_a_stripped_run_end(
     store: Store, plane: PlaneHandle, where: str
 ) -> None:
-    """The plane still learns the run finished (§6.3): a state-stripped run end with the same id lands."""
+    """The plane still learns the run finished: a state-stripped run end with the same id lands."""
     plane.plane.compat = where == "compat refusal"
     limits = None if where == "local cap" else NO_LOCAL_CAPS
     conn = link(store, plane, background=False, limits=limits)
@@ -846,11 +846,15 @@ def test_a_broken_http_client_leaves_rows_buffered_and_the_drain_thread_sends_on
     for n in range(3):
         store.put(cp("t-broken", n))
     wait_for(lambda: transport.calls >= 4, what="retries while the client is broken")
+    # A pass records its error after the call raises: wait for the record, not the call.
+    wait_for(
+        lambda: all("RuntimeError" in (e.last_error or "") for e in store.outbox()),
+        what="the error recorded on every pending row",
+    )
     worker = conn.worker
     assert worker is not None
     assert worker.running
     assert states(store) == ["pending"] * 3
-    assert all("RuntimeError" in (e.last_error or "") for e in store.outbox())
     assert plane.faults.ingest_requests == 0
     transport.broken = False
     wait_for(all_synced(store), what="the drain once the client works")

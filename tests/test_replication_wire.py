@@ -27,7 +27,7 @@ from durability.testing import assert_same, rich_state
 
 WHEN = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
 
-#: Reference §3.5: the item's keys, in this order.
+#: The fastaiagent wire item's keys, in this order.
 WIRE_KEYS = [
     "checkpoint_id",
     "execution_id",
@@ -86,7 +86,7 @@ def full_checkpoint(**changes: Any) -> Checkpoint:
 
 
 def test_item_has_fastaiagents_keys_in_order() -> None:
-    """The item carries exactly the fastaiagent keys (reference §3.5) in their order, plus the extension."""
+    """The item carries exactly the fastaiagent keys in their order, plus the extension."""
     item = checkpoint_to_wire(full_checkpoint())
     assert list(item) == WIRE_KEYS
     assert list(item["metadata"]) == [*METADATA_KEYS, "durability"]
@@ -118,7 +118,7 @@ def test_own_checkpoint_round_trips_losslessly() -> None:
 
 
 def test_status_outside_the_wire_vocabulary_is_sent_as_completed() -> None:
-    """The wire only knows completed/interrupted/failed; the extension keeps the real one (§6.6)."""
+    """The wire only knows completed/interrupted/failed; the extension keeps the real one."""
     item = checkpoint_to_wire(full_checkpoint(status="paused-by-operator"))
     assert item["status"] == "completed"
     assert item["metadata"]["durability"]["status"] == "paused-by-operator"

@@ -230,7 +230,7 @@ def test_failed_run_resumes_from_its_last_real_step_after_a_restore(
     failed_on_a: str, fresh: Store, plane: PlaneHandle
 ) -> None:
     """A run that failed on machine A resumes on a fresh store from its last real step (the
-    history was restored, reference §6.4): step a is not run again."""
+    history was restored): step a is not run again."""
     conn = link(fresh, plane)
     result = flaky.resume(fresh, failed_on_a, connection=conn)
     assert result.status == "completed"
@@ -566,7 +566,7 @@ def test_apply_refuses_a_store_in_another_format_generation(
 def test_restored_rows_are_never_sent_back(
     machine_a: Store, fresh: Store, plane: PlaneHandle
 ) -> None:
-    """Rows a restore writes are already synced: the plane sees no second ingest of them (§6.5)."""
+    """Rows a restore writes are already synced: the plane sees no second ingest of them."""
     if fresh.outbox is None:
         pytest.skip("this store keeps no outbox")
     with on_plane(machine_a, plane):
@@ -586,7 +586,7 @@ HOSTILE = ["a/b", "q?x=1&y=2", "frag#ment", "..", " spaced  out ", "slash/and/..
 def test_hostile_thread_ids_restore_exactly(
     machine_a: Store, fresh: Store, plane: PlaneHandle
 ) -> None:
-    """Thread ids with /, ?, #, .., spaces and % restore exactly (one path segment each, §6.7)."""
+    """Thread ids with /, ?, #, .., spaces and % restore exactly (one path segment each)."""
     with on_plane(machine_a, plane):
         machine_a.put_many(
             [
@@ -616,7 +616,7 @@ def test_a_latest_only_plane_restores_its_latest_row(
 ) -> None:
     """From a plane that serves only latest (404 on history, a real plane in that mode) the
     latest row is restored and the plan says so; a failed run restored that way cannot be
-    resumed, exactly the fastaiagent SDK's limit (§6.4)."""
+    resumed, exactly the fastaiagent SDK's limit."""
     plane.plane.history = False
     conn = link(fresh, plane)
     plan = plan_restore(fresh, failed_on_a, conn)

@@ -1,4 +1,4 @@
-"""Settings and seed 004's retention rules, as pure functions."""
+"""Settings and the retention rules, as pure functions."""
 
 from __future__ import annotations
 

@@ -98,7 +98,7 @@ def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: P
 
 
 def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
-    """Rows written before the outbox existed count as already replicated (seed 000 v13)."""
+    """Rows written before the outbox existed count as already replicated."""
     path = tmp_path / "old.db"
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
@@ -140,7 +140,7 @@ def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
 
 
 def test_checkpoints_without_a_generation_are_refused(tmp_path: Path) -> None:
-    """A store that holds checkpoints but records no generation is refused (seed 004)."""
+    """A store that holds checkpoints but records no generation is refused."""
     path = tmp_path / "g.db"
     with open_sqlite(path) as store:
         store.put(Checkpoint(thread_id="t"))

@@ -1,4 +1,4 @@
-"""The checkpoint sweep (seed 004 "Retention: two horizons", "A thread's own retention", "The
+"""The checkpoint sweep ("Retention: two horizons", "A thread's own retention", "The
 checkpoint sweep"): both horizons, declared values, mark-time due dates, live-thread filters,
 racing writers, the round limit, metrics, plan == sweep, the policy diff and the CLI.
 
@@ -384,7 +384,7 @@ def test_an_unexpired_park_spares_a_due_thread_until_its_deadline(
     single_worker=True can: the sweep through the plain handle still sees that park.
     """
     if store.provider == "memory":
-        pytest.skip("a memory store never holds a park (seed 004 Providers)")
+        pytest.skip("a memory store never holds a park")
     with (
         target.open(clock=clock, settings=SETTINGS, single_worker=True)
         if (not store.capabilities.can_park)

@@ -12,6 +12,8 @@ from durability._extras import missing_extra
 from durability._version import __version__
 from durability.cli import (
     demo,
+    doctor,
+    keys,
     lab,
     ops,
     outbox,
@@ -35,7 +37,21 @@ def cli() -> None:
     """
 
 
-for module in (demo, lab, report, store, threads, runs, restore, outbox, plane, sweep, ops):
+for module in (
+    demo,
+    lab,
+    report,
+    store,
+    threads,
+    runs,
+    restore,
+    outbox,
+    plane,
+    sweep,
+    ops,
+    keys,
+    doctor,
+):
     module.register(cli)
 
 

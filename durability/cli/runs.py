@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from dataclasses import asdict, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,10 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+
+if TYPE_CHECKING:
+    from durability.runs import Runner, RunResult
+    from durability.stores.base import Store
 
 
 def register(cli: click.Group) -> None:
@@ -187,18 +191,9 @@ def resume(
     (a warning says so) and are sent on the store's next connection. Without a plane the run
     keeps its own project (--project sets another).
     """
-    from durability.errors import RunNotResumable
-    from durability.runs import NO_VALUE, load_runner
+    from durability.runs import load_runner
 
-    value: Any = NO_VALUE
-    if value_json is not None:
-        try:
-            value = json.loads(value_json)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(
-                f"{value_json!r} is not JSON ({exc}); quote it, e.g. --value '{{\"approved\": true}}'",
-                param_hint="--value",
-            ) from exc
+    value = _resume_value(value_json)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: runners next to the caller import
     options = {"single_worker": True} if single_worker else {}
@@ -206,31 +201,82 @@ def resume(
         runner = load_runner(runner_spec)
         key = plane_key(api_key_env) if plane_url else None
         with open_store(url, **options) as store:
-            deployment = open_store(deployment_url) if deployment_url else None
-            connection = None
-            try:
-                if plane_url and key:
-                    from durability.replication import connect
+            result = _resume_connected(
+                runner,
+                store,
+                thread_id,
+                value,
+                max_steps=max_steps,
+                deployment_url=deployment_url,
+                plane=(plane_url, key) if plane_url and key else None,
+                project=project,
+                drain_timeout=drain_timeout,
+                url=url,
+            )
+    _print_result(result, as_json)
 
-                    connection = connect(store, plane_url, key, project_id=project)
-                result = runner.resume(
-                    store,
-                    thread_id,
-                    value,
-                    deployment_store=deployment,
-                    connection=connection,
-                    # the connection drains only its project's rows: the run's must be its
-                    project_id=project if connection is not None or project else None,
-                    max_steps=max_steps,
-                )
-            except RunNotResumable as exc:
-                click.echo(f"not resumed: {exc}", err=True)
-                sys.exit(2)
-            finally:
-                if connection is not None:
-                    _disconnect(connection, thread_id, url, drain_timeout)
-                if deployment is not None:
-                    deployment.close()
+
+def _resume_value(value_json: str | None) -> Any:
+    """The parked run's answer from ``--value`` (JSON), or no value."""
+    from durability.runs import NO_VALUE
+
+    if value_json is None:
+        return NO_VALUE
+    try:
+        return json.loads(value_json)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"{value_json!r} is not JSON ({exc}); quote it, e.g. --value '{{\"approved\": true}}'",
+            param_hint="--value",
+        ) from exc
+
+
+def _resume_connected(
+    runner: Runner,
+    store: Store,
+    thread_id: str,
+    value: Any,
+    *,
+    max_steps: int | None,
+    deployment_url: str | None,
+    plane: tuple[str, str] | None,
+    project: str,
+    drain_timeout: float,
+    url: str,
+) -> RunResult:
+    """Resume with the deployment store and, given ``plane`` (URL, key), a plane connection,
+    draining the run's checkpoints before returning; a run that cannot resume exits 2."""
+    from durability.errors import RunNotResumable
+
+    deployment = open_store(deployment_url) if deployment_url else None
+    connection = None
+    try:
+        if plane is not None:
+            from durability.replication import connect
+
+            connection = connect(store, plane[0], plane[1], project_id=project)
+        return runner.resume(
+            store,
+            thread_id,
+            value,
+            deployment_store=deployment,
+            connection=connection,
+            # the connection drains only its project's rows: the run's must be its
+            project_id=project if connection is not None or project else None,
+            max_steps=max_steps,
+        )
+    except RunNotResumable as exc:
+        click.echo(f"not resumed: {exc}", err=True)
+        sys.exit(2)
+    finally:
+        if connection is not None:
+            _disconnect(connection, thread_id, url, drain_timeout)
+        if deployment is not None:
+            deployment.close()
+
+
+def _print_result(result: RunResult, as_json: bool) -> None:
+    """The resumed run's outcome, as JSON or as lines for people; exit 1 when it failed."""
     if as_json:
         data = {f.name: getattr(result, f.name) for f in fields(result) if f.name != "exception"}
         data["park"] = None if result.park is None else asdict(result.park)

@@ -1,4 +1,4 @@
-"""``durability threads list|show|delete``."""
+"""``durability threads list|show|delete|mark``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.humanize import format_bytes
 from durability.stores.parks import park_of
 from durability.stores.rows import ID_FIELDS, SCALAR_FIELDS
+from durability.vocabulary import status_word
 
 
 def register(cli: click.Group) -> None:
@@ -23,7 +25,7 @@ def register(cli: click.Group) -> None:
 
 @click.group()
 def threads() -> None:
-    """List, show and delete checkpoint threads."""
+    """List, show, delete and mark checkpoint threads."""
 
 
 @threads.command("list")
@@ -49,7 +51,7 @@ def list_threads(url: str, limit: int | None, as_json: bool) -> None:
             (
                 r.thread_id,
                 r.checkpoints,
-                r.size_bytes,
+                format_bytes(r.size_bytes),
                 r.newest_at,
                 r.owner,
                 r.finished_at,
@@ -95,7 +97,7 @@ def show_thread(
         print_json({"thread": _record_json(record), "park": _park_json(park), "checkpoints": rows})
         return
     click.echo(
-        f"thread {thread_id}: {record.checkpoints} checkpoints, {record.size_bytes} bytes, owner {record.owner or '-'}"
+        f"thread {thread_id}: {record.checkpoints} checkpoints, {format_bytes(record.size_bytes)}, owner {record.owner or '-'}"
     )
     if record.finished_at:
         click.echo(
@@ -125,9 +127,9 @@ def show_thread(
                 c.node_id,
                 c.step,
                 c.step_type,
-                c.status,
+                status_word(c.status),
                 c.created_at,
-                c.size_bytes,
+                format_bytes(c.size_bytes),
             )
             for c in history
         ],
@@ -171,6 +173,39 @@ def delete_thread(url: str, thread_id: str, force: bool, yes: bool, as_json: boo
         click.echo(
             f"deleted thread {thread_id}: {deleted.checkpoints} checkpoints, {deleted.writes} pending writes"
         )
+
+
+@threads.command("mark")
+@url_argument
+@click.argument("thread_ids", nargs=-1, required=True)
+@click.option("--owner", default=None, help="Record a run start by this owner first.")
+@click.option("--undo", is_flag=True, help="Take the threads out of the finished set instead.")
+@json_option
+def mark_threads(
+    url: str, thread_ids: tuple[str, ...], owner: str | None, undo: bool, as_json: bool
+) -> None:
+    """Mark threads finished (due for the sweep after the finished retention), or --undo.
+
+    On a LangGraph store (opened with ?writable=true) the marks go to durability's sidecar
+    ledger beside it; LangGraph's own tables are not touched.
+    """
+    marked = []
+    with friendly_errors(), open_store(url) as store:
+        for thread_id in thread_ids:
+            if owner is not None:
+                store.record_run_start(thread_id, run_id="", owner=owner)
+            if undo:
+                store.unmark_finished(thread_id)
+                marked.append({"thread_id": thread_id, "finished_at": None, "due_at": None})
+            else:
+                r = store.mark_finished(thread_id)
+                marked.append(
+                    {"thread_id": thread_id, "finished_at": r.finished_at, "due_at": r.due_at}
+                )
+    if as_json:
+        print_json(marked)
+    else:
+        print_table(["thread", "finished", "due"], [tuple(m.values()) for m in marked])
 
 
 #: A checkpoint's fields in ``--json`` output: its seq, then every stored field but the payloads.

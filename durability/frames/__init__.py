@@ -21,6 +21,7 @@ frame                     one row per
 :func:`backlog`           instant of a time grid: rows pending then, age of the oldest
 :func:`retention`         thread, as :func:`durability.sweep.plan_sweep` would treat it
 :func:`parks`             pending park: deadline and time left
+:func:`problems`          problem ``durability doctor`` finds: check, severity, rows, fix
 :func:`runs`              run (local run health); :func:`plane_runs` the same from a plane
 ========================  ===================================================================
 
@@ -57,6 +58,7 @@ Column notes:
 from __future__ import annotations
 
 from durability.frames.columns import COLUMNS, OUTBOX_STATES, RUN_STATUSES, STATE_COLUMN
+from durability.frames.problems import problems
 from durability.frames.runs import plane_runs, runs
 from durability.frames.store import backlog, checkpoints, outbox, parks, retention, threads
 
@@ -70,6 +72,7 @@ __all__ = [
     "outbox",
     "parks",
     "plane_runs",
+    "problems",
     "retention",
     "runs",
     "threads",

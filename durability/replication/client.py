@@ -95,7 +95,7 @@ def classify_ingest(response: httpx.Response, batch: Collection[ItemRef]) -> Ing
 
     ``batch`` holds the items the request carried: a plane's naming of an item is matched
     against them (by checkpoint id, and by execution id and namespace when the plane gives
-    them), and a name matching none is ignored (reference §6.20).
+    them), and a name matching none is ignored.
     """
     code = response.status_code
     if 200 <= code < 300:

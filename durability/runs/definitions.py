@@ -261,27 +261,7 @@ class Runner:
             ) as held:
                 source = self._resume_source(store, thread_id, action=action)
                 held.adopt(source, project_of(source, project_id, connection))
-                parked = source.status == INTERRUPTED
-                if parked and value is NO_VALUE:
-                    raise RunNotResumable(
-                        f"cannot resume run {source.run_id!r} on thread {thread_id!r}: it is waiting "
-                        f"on an ask at step {source.node_id!r} ({source.interrupt_reason!r}); pass "
-                        "the answer as value= (CLI: --value JSON)"
-                    )
-                if not parked and value is not NO_VALUE:
-                    raise RunError(
-                        f"cannot resume run {source.run_id!r} on thread {thread_id!r} with a value: it "
-                        f"is not waiting on an ask (its last step is {source.node_id!r}, "
-                        f"{source.step_type or 'step'}); resume it without a value"
-                    )
-                if parked:
-                    pending = park_of(store, thread_id)
-                    if pending is not None and claim_park(store, thread_id) is None:
-                        raise AlreadyResumed(
-                            f"cannot resume run {source.run_id!r} on thread {thread_id!r}: another "
-                            "worker claimed its park first (exactly one resumer wins); see "
-                            f"`durability runs {redact_url(store.url)}`"
-                        )
+                _claim_for_resume(store, source, value)
                 held.begin()
                 return held.execute(
                     source.state, position=self._position(source), value=value, max_steps=max_steps
@@ -337,20 +317,7 @@ class Runner:
         if project_id is not None:
             check_id(project_id, "project_id", action=action, allow_empty=True)
         locate_thread(store, thread_id, action=action, connection=connection)
-        if checkpoint_id is not None:
-            source = store.get(thread_id, checkpoint_id)
-            if source.is_run_end:
-                before = last_step_of(read_thread(store, thread_id), source.run_id, source.seq)
-                raise RunError(
-                    f"cannot fork from checkpoint {checkpoint_id!r} of thread {thread_id!r}: it is "
-                    f"the run end of run {source.run_id!r}, not a step; fork from the step before "
-                    f"it{f', checkpoint {before.checkpoint_id!r}' if before else ''}"
-                )
-        else:
-            steps = [cp for cp in read_thread(store, thread_id) if not cp.is_run_end]
-            if not steps:
-                raise RunError(f"cannot {action}: it holds no step to fork from, only run ends")
-            source = steps[-1]
+        source = _fork_source(store, thread_id, checkpoint_id, action=action)
         self._check_written_by_me(source, action=action)
         position = self._position(source)
         minted = new_thread_id is None
@@ -540,3 +507,49 @@ def load_runner(spec: str) -> Runner:
             "a factory returning one"
         )
     return target
+
+
+def _claim_for_resume(store: Store, source: Checkpoint, value: Any) -> None:
+    """Check ``value`` fits the run's state and, for a parked run, claim its park (one wins)."""
+    thread_id = source.thread_id
+    parked = source.status == INTERRUPTED
+    if parked and value is NO_VALUE:
+        raise RunNotResumable(
+            f"cannot resume run {source.run_id!r} on thread {thread_id!r}: it is waiting "
+            f"on an ask at step {source.node_id!r} ({source.interrupt_reason!r}); pass "
+            "the answer as value= (CLI: --value JSON)"
+        )
+    if not parked and value is not NO_VALUE:
+        raise RunError(
+            f"cannot resume run {source.run_id!r} on thread {thread_id!r} with a value: it "
+            f"is not waiting on an ask (its last step is {source.node_id!r}, "
+            f"{source.step_type or 'step'}); resume it without a value"
+        )
+    if parked:
+        pending = park_of(store, thread_id)
+        if pending is not None and claim_park(store, thread_id) is None:
+            raise AlreadyResumed(
+                f"cannot resume run {source.run_id!r} on thread {thread_id!r}: another "
+                "worker claimed its park first (exactly one resumer wins); see "
+                f"`durability runs {redact_url(store.url)}`"
+            )
+
+
+def _fork_source(
+    store: Store, thread_id: str, checkpoint_id: str | None, *, action: str
+) -> Checkpoint:
+    """The checkpoint a fork starts from: the one named, else the thread's last step."""
+    if checkpoint_id is None:
+        steps = [cp for cp in read_thread(store, thread_id) if not cp.is_run_end]
+        if not steps:
+            raise RunError(f"cannot {action}: it holds no step to fork from, only run ends")
+        return steps[-1]
+    source = store.get(thread_id, checkpoint_id)
+    if source.is_run_end:
+        before = last_step_of(read_thread(store, thread_id), source.run_id, source.seq)
+        raise RunError(
+            f"cannot fork from checkpoint {checkpoint_id!r} of thread {thread_id!r}: it is "
+            f"the run end of run {source.run_id!r}, not a step; fork from the step before "
+            f"it{f', checkpoint {before.checkpoint_id!r}' if before else ''}"
+        )
+    return source

@@ -209,6 +209,11 @@ class Scans(Capability):
         self.store.ready()
         return self._still_holding(list(dict.fromkeys(thread_ids))) if thread_ids else set()
 
+    def sweep_notes(self, columns: SweepColumns) -> list[str]:
+        """What a sweep plan over ``columns`` should tell its reader about this store (none by
+        default; a LangGraph store says when it has no finished marks to go on)."""
+        return []
+
     def sweep_lock(self) -> SweepLock:
         """The lock that keeps one sweep per store at a time (default: a lock in this
         process, which is all a store living in one process needs)."""

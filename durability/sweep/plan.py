@@ -106,6 +106,9 @@ class SweepPlan:
     settings: Settings
     provider: str
     _columns: Mapping[str, Any] = field(repr=False)
+    #: What the store says about the plan (a LangGraph store without marks: only the waiting
+    #: horizon applies).
+    notes: tuple[str, ...] = ()
 
     @cached_property
     def rows(self) -> tuple[PlanRow, ...]:
@@ -190,6 +193,7 @@ class SweepPlan:
             "now": self.now,
             "provider": self.provider,
             "threads": len(c["thread_id"]),
+            "notes": list(self.notes),
             "counts": counts,
             "delete": going,
             "total_delete": {
@@ -283,7 +287,13 @@ def _plan(
         c["action"][at], c["owner"][at] = "spared", claim[0][0]
         c["reason"][at] = "; ".join(f"spared by {o}: {why}" for o, why in claim)
     columns = {name: c[name] for name in PLAN_COLUMNS}
-    return SweepPlan(now=now, settings=settings, provider=store.provider, _columns=columns)
+    return SweepPlan(
+        now=now,
+        settings=settings,
+        provider=store.provider,
+        _columns=columns,
+        notes=tuple(store.scans.sweep_notes(table)),
+    )
 
 
 def _plan_order(table: SweepColumns) -> Any:

@@ -20,7 +20,7 @@ from durability.testing.suite import (
 
 @check
 def check_outbox(target: StoreTarget) -> None:
-    """A replicating store keeps new rows pending until marked synced or quarantined."""
+    """A replicating store keeps new rows pending, oldest first, until marked synced."""
     clock = FrozenClock(START)
     with target.open(clock=clock) as store:
         if store.outbox is None:
@@ -43,6 +43,19 @@ def check_outbox(target: StoreTarget) -> None:
         assert [c.seq for c in outbox.fetch_unsynced_encoded(limit=2, exclude=in_flight)] == [
             c.seq for c in rows[2:4]
         ], "exclude skips the rows in flight, and the limit counts the rows returned"
+        restored = [e for e in outbox.entries() if e.thread_id == "t-out-restored"]
+        assert [e.state for e in restored] == ["synced"], "a row written as synced is never pending"
+
+
+@check
+def check_outbox_marks(target: StoreTarget) -> None:
+    """Attempts, synced and quarantined marks, releases and the drain's ack, as entries show them."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        if store.outbox is None:
+            return
+        outbox = store.outbox
+        rows = [store.put(sample("t-out", n, project_id="p1" if n % 2 else "p2")) for n in range(6)]
         keys = [(c.thread_id, c.seq or 0) for c in rows]
         outbox.record_attempt(keys[:2], "HTTP 503")
         clock.advance(timedelta(minutes=5))
@@ -58,8 +71,6 @@ def check_outbox(target: StoreTarget) -> None:
         assert entries[keys[2]].state == "quarantined"
         assert entries[keys[2]].quarantined
         assert entries[keys[2]].sync_error == "HTTP 413 from /checkpoints/ingest: too big"
-        restored = [e for e in entries.values() if e.thread_id == "t-out-restored"]
-        assert [e.state for e in restored] == ["synced"], "a row written as synced is never pending"
         assert [e.seq for e in outbox.entries(state="quarantined")] == [keys[2][1]]
         assert len(outbox.entries(state="pending")) == 3
         assert len(outbox.entries(state="pending", project_id="p1")) == 2
@@ -73,6 +84,16 @@ def check_outbox(target: StoreTarget) -> None:
         assert (sent.state, sent.attempts, sent.last_error) == ("synced", 2, None)
         assert sent.synced_at == clock()
         raises(InvalidIdError, lambda: outbox.entries(state="lost"))
+
+
+@check
+def check_outbox_connections(target: StoreTarget) -> None:
+    """A connection record makes a store replicate; a disconnect keeps it, forgetting drops it."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        if store.outbox is None:
+            return
+        outbox = store.outbox
         assert not store.replicates
         outbox.record_connection("p1", "http://plane.example")
         assert store.replicates

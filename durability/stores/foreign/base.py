@@ -102,7 +102,12 @@ class ForeignStore(Store):
         self.schema: str | None = schema or (
             query_schema if isinstance(query_schema, str) else None
         )
-        sa_url = sa_url.difference_update_query(["schema"])
+        self.url_options = {
+            k: v
+            for k, v in sa_url.query.items()
+            if k in self.url_option_names and isinstance(v, str)
+        }
+        sa_url = sa_url.difference_update_query(["schema", *self.url_option_names])
         if backend == "sqlite":
             if self.schema:
                 raise ConfigError(
@@ -127,6 +132,9 @@ class ForeignStore(Store):
 
     #: The Postgres schema read when the URL names none (``None``: the search path).
     default_schema: str | None = None
+
+    #: Query parameters of the URL the subclass reads (``url_options``), not sent to the driver.
+    url_option_names: tuple[str, ...] = ()
 
     def close(self) -> None:
         self.engine.dispose()

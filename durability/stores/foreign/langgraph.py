@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection as SAConnection
 
+from durability._util import redact_url
+from durability.errors import ConfigError, ReadOnlyStoreError, StoreError, StoreUnavailable
 from durability.model import PendingWrite, ThreadRecord, TypedValue
-from durability.stores.base import ThreadPage
+from durability.stores.base import Capabilities, Store, ThreadPage
 from durability.stores.foreign.base import ForeignStore, Row, WrittenRow
 from durability.stores.foreign.langgraph_map import (
     INTERRUPT,
@@ -42,6 +46,14 @@ from durability.stores.foreign.langgraph_map import (
     interrupt_fields,
     node_of,
     to_checkpoint,
+)
+from durability.stores.foreign.langgraph_retention import (
+    LangGraphScans,
+    SidecarLedger,
+    SQLiteWriter,
+    sidecar_exists,
+    sidecar_url,
+    with_ledger,
 )
 from durability.stores.rows import CheckpointKey, Select
 
@@ -132,9 +144,92 @@ def _strict_decoder() -> StrictDecoder | None:
 
 
 class LangGraphStore(ForeignStore):
-    """A LangGraph ``SqliteSaver`` file or ``PostgresSaver`` database, read-only."""
+    """A LangGraph ``SqliteSaver`` file or ``PostgresSaver`` database, read in place.
+
+    Read-only unless opened with ``?writable=true`` (or ``writable=True``): then the sweep may
+    delete its threads and the ledger (kept in a sidecar store, ``?ledger=URL`` or the default
+    of :func:`~durability.stores.foreign.langgraph_retention.sidecar_url`) records marks. Its
+    tables are never altered (see :mod:`durability.stores.foreign.langgraph_retention`).
+    """
 
     source = "langgraph"
+    url_option_names = ("writable", "ledger")
+
+    def __init__(
+        self, url: str, *, writable: bool | None = None, ledger: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(url, **kwargs)
+        flag = self.url_options.get("writable", "false").lower()
+        if flag not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(
+                f"cannot open {redact_url(url)}: writable={flag!r} must be true or false"
+            )
+        self.writable = bool(writable) if writable is not None else flag in ("true", "1", "yes")
+        self.sidecar_url = sidecar_url(self, ledger or self.url_options.get("ledger"))
+        self._sidecar: Store | None = None
+        self._sidecar_lock = threading.Lock()
+        self._writer = (
+            SQLiteWriter(str(self.path), timeout=30.0) if self.dialect == "sqlite" else None
+        )
+        # Idle threads are swept here (nothing else expires them); Postgres is shared by workers.
+        self.capabilities = Capabilities(shared=self.dialect == "postgres", sweeps_waiting=True)
+        self.ledger = SidecarLedger(self)
+        self.scans = LangGraphScans(self)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._sidecar is not None:
+            self._sidecar.close()
+        super().close()
+
+    def refuse(self, action: str) -> ReadOnlyStoreError:
+        """The refusal of a write on a store not opened writable."""
+        return ReadOnlyStoreError(
+            f"cannot {action}: the langgraph store {redact_url(self.url)} is opened read-only "
+            "(a store another tool owns is written only when asked); open it with "
+            "?writable=true (or writable=True) to sweep it in place, or copy its threads into a "
+            "durability store"
+        )
+
+    def sidecar(self, *, create: bool) -> Store | None:
+        """The durability store keeping this store's ledger; ``None`` when it does not exist
+        and ``create`` is false (a read-only store never creates it)."""
+        with self._sidecar_lock:
+            if self._sidecar is None:
+                if not create and not sidecar_exists(self):
+                    return None
+                from durability.stores import open_store
+
+                side = open_store(self.sidecar_url, settings=self.settings, clock=self.clock)
+                side.ready()
+                self._sidecar = side
+            return self._sidecar
+
+    @contextmanager
+    def writer(self, action: str) -> Iterator[Any]:
+        """One write transaction on the LangGraph database (a DBAPI connection on SQLite)."""
+        if not self.writable:
+            raise self.refuse(action)
+        if self._writer is not None:
+            with self._writer.transaction(lambda exc: self._write_error(action, exc)) as conn:
+                yield conn
+            return
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            raise StoreUnavailable(self._write_error(action, exc).args[0]) from exc
+        except sa_exc.DBAPIError as exc:
+            raise self._write_error(action, exc) from exc
+
+    def _write_error(self, action: str, exc: BaseException) -> StoreError:
+        text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return StoreError(
+            f"cannot {action} in the langgraph store {redact_url(self.url)}: "
+            f"{text[0][:300] if text else type(exc).__name__}; nothing of this transaction "
+            "was deleted"
+        )
 
     def _setup(self) -> None:
         with self.read("read the LangGraph schema") as conn:
@@ -375,7 +470,10 @@ class LangGraphStore(ForeignStore):
 
     def _thread_record(self, thread_id: str) -> ThreadRecord | None:
         records = self._records("thread_id = :t", {"t": thread_id}, 1)
-        return records[0] if records else None
+        if records:
+            return records[0]
+        side = self.sidecar(create=False)
+        return side.thread(thread_id) if side is not None else None
 
     def _records(self, where: str, params: dict[str, Any], limit: int) -> list[ThreadRecord]:
         self.ready()
@@ -421,6 +519,9 @@ class LangGraphStore(ForeignStore):
                     else (latest.checkpoint.seq if latest else None),
                 )
             )
+        side = self.sidecar(create=False) if records else None
+        if side is not None:
+            records = [with_ledger(r, side.thread(r.thread_id)) for r in records]
         return records
 
 

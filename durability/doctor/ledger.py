@@ -1,0 +1,171 @@
+"""Checks on the ledger, leases and parks: records of threads that do not exist, leases held by
+runs that ended, parks past their deadline, finished marks the sweep should have acted on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from durability.doctor.model import Check, Context
+from durability.doctor.reads import header
+from durability.model import STEP_RUN_END, ThreadRecord
+from durability.stores.rows import Select
+
+Finding = tuple[str | None, list[Any], str]
+
+
+def _records(ctx: Context, *, empty: bool | None = None) -> Iterator[ThreadRecord]:
+    """The store's thread records (``empty``: only those holding no checkpoint, or only those
+    holding some), built from the shared sweep read only where asked."""
+    columns = ctx.threads
+    counts = columns.columns["checkpoints"]
+    for i in range(len(columns)):
+        if empty is None or bool(counts[i] == 0) == empty:
+            yield columns.record(i)
+
+
+def intended_without_rows(record: ThreadRecord, ctx: Context) -> str | None:
+    """Why a ledger record of a thread holding no checkpoint is as the seeds intend, or ``None``.
+
+    * No run start recorded: a flow marks the session threads it owns in the deployment's
+      ledger while their agents may have run on a per-run store (seed 004), so the record holds
+      only a mark (or, once a new run took it out of the finished set, nothing).
+    * A run start younger than ``grace``, or a live lease: a run records its ledger entry and
+      takes its lease before its first checkpoint.
+    """
+    if record.started_at is None:
+        return "a mark of a session thread a flow owns"
+    if ctx.now - record.started_at < ctx.grace:
+        return "a run starting"
+    if record.lease is not None and record.lease.live(ctx.now):
+        return "a run holding its lease"
+    return None
+
+
+def _ledger_orphans(ctx: Context) -> Iterator[Finding]:
+    for record in _records(ctx, empty=True):
+        if intended_without_rows(record, ctx) is not None:
+            continue
+        lease = f", its lease held by {record.lease.holder!r}" if record.lease else ""
+        mark = ", marked finished" if record.finished_at else ""
+        yield (
+            record.thread_id,
+            [record.thread_id],
+            f"a ledger record (owner {record.owner!r}, run {record.run_id!r}, started "
+            f"{record.started_at.isoformat() if record.started_at else '-'}{mark}{lease}) of a "
+            "thread that holds no checkpoint",
+        )
+
+
+def _park_orphans(ctx: Context) -> Iterator[Finding]:
+    assert ctx.store.parks is not None
+    held = {r.thread_id for r in _records(ctx, empty=False)}
+    for park in ctx.store.parks.pending():
+        if park.thread_id not in held:
+            yield (
+                park.thread_id,
+                [park.checkpoint_id],
+                f"a park of run {park.run_id!r} (checkpoint {park.checkpoint_id!r}) on a thread "
+                "that holds no checkpoint: nothing can resume it",
+            )
+
+
+def _parks_overdue(ctx: Context) -> Iterator[Finding]:
+    assert ctx.store.parks is not None
+    for park in ctx.store.parks.pending():
+        if park.deadline < ctx.now:
+            yield (
+                park.thread_id,
+                [park.checkpoint_id],
+                f"a park of run {park.run_id!r} past its deadline {park.deadline.isoformat()} "
+                f"({park.deadline_source}): nobody answered, and it no longer spares the thread",
+            )
+
+
+def _ended_leases(ctx: Context) -> Iterator[Finding]:
+    leased = ctx.threads.columns["lease_expires_at"]
+    for i in range(len(ctx.threads)):
+        if str(leased[i]) == "NaT":
+            continue
+        record = ctx.threads.record(i)
+        lease = record.lease
+        if lease is None or not lease.run_id:
+            continue
+        rows = map(header, ctx.store._select(Select(record.thread_id, None, order="seq_desc")))
+        if any(r.run_id == lease.run_id and r.step_type == STEP_RUN_END for r in rows):
+            state = "live" if lease.live(ctx.now) else "expired"
+            yield (
+                record.thread_id,
+                [lease.holder],
+                f"a {state} lease held by {lease.holder!r} for run {lease.run_id!r}, which "
+                f"ended; it holds the thread until {lease.expires_at.isoformat()}",
+            )
+
+
+def _finished_overdue(ctx: Context) -> Iterator[Finding]:
+    due = ctx.threads.columns["due_at"]
+    horizon = ctx.now - ctx.overdue
+    for i in range(len(ctx.threads)):
+        if str(due[i]) == "NaT":
+            continue
+        record = ctx.threads.record(i)
+        if record.due_at is None or record.due_at > horizon:
+            continue
+        if record.lease is not None and record.lease.live(ctx.now):
+            continue
+        yield (
+            record.thread_id,
+            [record.thread_id],
+            f"marked finished, due {record.due_at.isoformat()}, more than {ctx.overdue} ago: "
+            "the sweep has not run (or keeps sparing it)",
+        )
+
+
+LEDGER_ORPHAN = Check(
+    "ledger_without_thread",
+    "warning",
+    "a ledger record (run start, mark or lease) of a thread that holds no checkpoint, other "
+    "than a flow's owned session thread or a run that is starting",
+    _ledger_orphans,
+    fix="durability threads delete {url} {thread}",
+    applies=lambda store: store.ledger is not None,
+)
+
+PARK_ORPHAN = Check(
+    "park_without_thread",
+    "error",
+    "a pending park on a thread that holds no checkpoint",
+    _park_orphans,
+    fix="durability threads delete {url} {thread}",
+    applies=lambda store: store.parks is not None,
+)
+
+PARK_OVERDUE = Check(
+    "park_past_deadline",
+    "info",
+    "a pending park whose deadline has passed (the thread is left to its waiting horizon)",
+    _parks_overdue,
+    fix="durability sweep {url}",
+    applies=lambda store: store.parks is not None,
+)
+
+LEASE_ENDED = Check(
+    "lease_of_ended_run",
+    "warning",
+    "a lease still recorded for a run that wrote its run end",
+    _ended_leases,
+    fix="durability doctor {url} --fix",
+    repair="release_ended_leases",
+    applies=lambda store: store.ledger is not None,
+)
+
+FINISHED_OVERDUE = Check(
+    "finished_past_due",
+    "info",
+    "a thread marked finished whose due time passed longer ago than --overdue",
+    _finished_overdue,
+    fix="durability sweep {url}",
+    applies=lambda store: store.ledger is not None,
+)
+
+CHECKS = (LEDGER_ORPHAN, PARK_ORPHAN, PARK_OVERDUE, LEASE_ENDED, FINISHED_OVERDUE)

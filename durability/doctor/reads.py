@@ -1,0 +1,205 @@
+"""The raw reads the doctor needs that the store contract does not offer, one per provider.
+
+The contract answers by thread and by id; the doctor asks store-wide questions ("every pending
+write whose checkpoint is gone"). SQL stores answer each in one anti-join, Redis with a ``SCAN``
+and pipelined hash reads per thread, memory from its dicts. Rows are never decoded: a missing
+parent is found from the checkpoints' id columns, whatever their payloads hold.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from durability.model import STEP_FORK_ORIGIN, Checkpoint
+from durability.stores.rows import CheckpointRow, EncodedCheckpoint, Select
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+
+#: A pending write's address in its thread: namespace, checkpoint id, task id, idx.
+WriteKey = tuple[str, str, str, int]
+#: A checkpoint whose parent is absent: namespace, checkpoint id, parent id.
+Orphan = tuple[str, str, str]
+
+SQL_PROVIDERS = ("sqlite", "postgres")
+
+
+def orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
+    """Per thread, its pending writes whose checkpoint the store does not hold."""
+    if store.provider in SQL_PROVIDERS:
+        return _sql_orphan_writes(store)
+    if store.provider == "redis":
+        return _redis_orphan_writes(store)
+    return _memory_orphan_writes(store)
+
+
+def missing_parents(store: Store) -> dict[str, list[Orphan]]:
+    """Per thread, checkpoints whose parent is not in their thread and namespace.
+
+    Left out, where the seeds expect a missing parent: a ``fork_origin`` row (its parent is in
+    the source thread), and the oldest row of its thread and namespace (a restore that brought
+    back only the latest checkpoint, a thread thinned to its latest by ``prune``). A parent is
+    reported missing only when the chain breaks in the middle: an older row is still there.
+    """
+    if store.provider in SQL_PROVIDERS:
+        return _sql_missing_parents(store)
+    found: dict[str, list[Orphan]] = {}
+    for record in store.iter_threads():
+        rows = [header(r) for r in store._select(Select(record.thread_id, None))]
+        broken = _broken_chain(
+            [(r.namespace, r.checkpoint_id, r.parent_checkpoint_id, r.step_type) for r in rows]
+        )
+        if broken:
+            found[record.thread_id] = broken
+    return found
+
+
+def header(row: CheckpointRow) -> EncodedCheckpoint | Checkpoint:
+    """A row's id and step fields: the stored row itself where the store returns encoded rows
+    (nothing decoded), else the decoded checkpoint."""
+    return row if isinstance(row, EncodedCheckpoint) else row.decode()
+
+
+def _broken_chain(rows: list[tuple[str, str, str | None, str | None]]) -> list[Orphan]:
+    """Of a thread's rows in write order, those whose parent is absent below an older row."""
+    ids = {(ns, cid) for ns, cid, _, _ in rows}
+    seen: set[str] = set()
+    broken = []
+    for ns, cid, parent, step_type in rows:
+        if parent and step_type != STEP_FORK_ORIGIN and ns in seen and (ns, parent) not in ids:
+            broken.append((ns, cid, parent))
+        seen.add(ns)
+    return broken
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def _memory_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
+    data: Any = getattr(store, "_data", None)
+    if data is None:
+        return {}
+    found: dict[str, list[WriteKey]] = defaultdict(list)
+    with data.lock:
+        for (thread_id, ns, cid), bucket in data.writes.items():
+            if (thread_id, ns, cid) not in data.ids:
+                found[thread_id] += [(ns, cid, task, idx) for task, idx in bucket]
+    return dict(found)
+
+
+# ---------------------------------------------------------------------------- SQL
+
+
+def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import checkpoints, writes
+
+    c, w = checkpoints.c, writes.c
+    query = (
+        sa.select(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, w.idx)
+        .where(~sa.exists().where(c.ckey == w.ckey))
+        .order_by(w.id)
+    )
+    found: dict[str, list[WriteKey]] = defaultdict(list)
+    with store.db.read("find pending writes without their checkpoint") as conn:  # type: ignore[attr-defined]
+        for thread_id, ns, cid, task, idx in conn.execute(query):
+            found[thread_id].append((ns, cid, task, idx))
+    return dict(found)
+
+
+def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import checkpoints
+
+    row, parent, older = checkpoints, checkpoints.alias("parent"), checkpoints.alias("older")
+    c = row.c
+    query = (
+        sa.select(c.thread_id, c.namespace, c.checkpoint_id, c.parent_checkpoint_id)
+        .where(
+            c.parent_checkpoint_id.isnot(None),
+            c.parent_checkpoint_id != "",
+            sa.or_(c.step_type.is_(None), c.step_type != STEP_FORK_ORIGIN),
+            ~sa.exists().where(
+                parent.c.tkey == c.tkey,
+                parent.c.namespace == c.namespace,
+                parent.c.checkpoint_id == c.parent_checkpoint_id,
+            ),
+            sa.exists().where(
+                older.c.tkey == c.tkey, older.c.namespace == c.namespace, older.c.seq < c.seq
+            ),
+        )
+        .order_by(c.seq)
+    )
+    found: dict[str, list[Orphan]] = defaultdict(list)
+    with store.db.read("find checkpoints whose parent is missing") as conn:  # type: ignore[attr-defined]
+        for thread_id, ns, cid, parent_id in conn.execute(query):
+            found[thread_id].append((ns, cid, parent_id))
+    return dict(found)
+
+
+# ---------------------------------------------------------------------------- Redis
+
+
+def redis_tags(store: Store, suffix: str) -> Iterator[str]:
+    """The tags of the Redis store's threads that hold a key ending in ``:suffix``."""
+    for key in store.scan_keys(":" + suffix):  # type: ignore[attr-defined]
+        tag = key.decode().rpartition("}:")[0].rpartition("{")[2]
+        if tag != "g":
+            yield tag
+
+
+def _redis_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
+    r: Any = store
+    found: dict[str, list[WriteKey]] = {}
+    tags = sorted(set(redis_tags(store, "w")))
+    for tag in tags:
+        base = f"{r.prefix}{{{tag}}}:"
+        pipe = r.client.pipeline(transaction=False)
+        pipe.hget(base + "m", "id")
+        pipe.hkeys(base + "w")
+        pipe.hkeys(base + "i")
+        raw_id, fields, ids = pipe.execute()
+        held = {i.decode() for i in ids}
+        orphans = []
+        for field in fields:
+            ns, cid, task, idx = field.decode().split("\0")
+            if f"{ns}\0{cid}" not in held:
+                orphans.append((ns, cid, task, int(idx)))
+        if orphans:
+            found[raw_id.decode() if raw_id else tag] = orphans
+    return found
+
+
+def orphan_outbox(store: Store) -> dict[str, list[int]]:
+    """Per Redis thread, the seqs of outbox records (state of a synced row, or of a pending
+    row's document) whose row is gone.
+
+    A pending row's document (``od``) carries the row itself and outlives the thread's other
+    keys on purpose (a replicating store sends it even after the thread expired); only state
+    records left without their row are reported. SQL stores keep the outbox state on the
+    checkpoint row itself, so it cannot outlive it.
+    """
+    if store.provider != "redis":
+        return {}
+    r: Any = store
+    found: dict[str, list[int]] = {}
+    for tag in sorted(set(redis_tags(store, "sy")) | set(redis_tags(store, "os"))):
+        base = f"{r.prefix}{{{tag}}}:"
+        pipe = r.client.pipeline(transaction=False)
+        pipe.hget(base + "m", "id")
+        for suffix in ("c", "sy", "od", "os"):
+            pipe.hkeys(base + suffix)
+        raw_id, held, synced, docs, states = pipe.execute()
+        rows = {int(s) for s in held}
+        pending = {int(s) for s in docs}
+        stale = sorted(
+            {int(f[1:]) for f in synced if f[:1] == b"h" and int(f[1:]) not in rows}
+            | {int(f[1:]) for f in states if f[:1] == b"h" and int(f[1:]) not in pending}
+        )
+        if stale:
+            found[raw_id.decode() if raw_id else tag] = stale
+    return found

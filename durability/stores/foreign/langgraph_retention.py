@@ -1,0 +1,480 @@
+"""Retention on a LangGraph store, in place: the schema check, the sidecar ledger and the
+sweep's reads and deletes.
+
+A LangGraph store opened with ``?writable=true`` (or ``writable=True``) can be swept like a
+durability store. LangGraph's tables are only ever *deleted from*, never altered:
+
+* **The schema check.** Before the first delete the store's LangGraph schema is compared with
+  the ones this version knows: on Postgres the ``checkpoint_migrations`` level
+  (:data:`KNOWN_POSTGRES_MIGRATIONS`), on SQLite the columns of ``checkpoints`` and
+  ``writes``. Another schema is refused with
+  :class:`~durability.errors.CheckpointStoreFormatError`, nothing deleted.
+* **The sidecar ledger.** LangGraph keeps no finished marks or declared retention. durability
+  keeps them in a store of its own beside LangGraph's (SQLite: the file ``<path>.durability``;
+  Postgres: the schema ``<schema>_durability``, or ``?ledger=URL``), written through the usual
+  ``record_run_start`` / ``mark_finished`` API. A read-only store reads the sidecar when it
+  exists and never creates it.
+* **The newest checkpoint's time** is read from its id: LangGraph's checkpoint ids are UUIDv6,
+  holding their creation time to 100 ns, so one grouped read gives every thread's newest time
+  (an id of another kind falls back to the checkpoint's own ``ts``).
+* **Deletes** remove a thread's checkpoints, blobs (those no checkpoint references too) and
+  writes in one transaction, many threads per transaction, the transaction cut short enough
+  that SQLite's write lock is held at most :data:`MAX_LOCK_SECONDS` at a time, with a pause
+  after each, so graphs writing to the same file do not reach their busy timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from durability._util import redact_url
+from durability.errors import CheckpointStoreFormatError, StoreError
+from durability.model import Deleted, Lease, ThreadRecord
+from durability.settings import Retention
+from durability.stores.ledger import Ledger
+from durability.stores.scans import Scans, SweepColumns, micros, span
+from durability.stores.sweep_lock import SweepLock
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+    from durability.stores.foreign.langgraph import LangGraphStore
+
+#: ``checkpoint_migrations`` levels of langgraph-checkpoint-postgres this version deletes from
+#: (its ``MIGRATIONS`` list, 0 to 9: the four tables, then the thread indexes and ``task_path``).
+KNOWN_POSTGRES_MIGRATIONS = range(10)
+
+#: The SqliteSaver tables' columns this version deletes from (``task_path`` came later).
+KNOWN_SQLITE_COLUMNS = {
+    "checkpoints": (
+        {
+            "thread_id",
+            "checkpoint_ns",
+            "checkpoint_id",
+            "parent_checkpoint_id",
+            "type",
+            "checkpoint",
+            "metadata",
+        },
+    ),
+    "writes": (
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type"}
+        | {"value"},
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type"}
+        | {"value", "task_path"},
+    ),
+}
+
+#: The longest a delete transaction may hold SQLite's write lock.
+MAX_LOCK_SECONDS = 0.5
+
+#: What a delete transaction aims at, leaving room under :data:`MAX_LOCK_SECONDS`.
+_TARGET_SECONDS = 0.2
+
+_UUID_EPOCH_100NS = 0x01B21DD213814000
+
+
+def id_time(checkpoint_id: str) -> datetime | None:
+    """The creation time a UUIDv6 checkpoint id holds (LangGraph's ids), else ``None``."""
+    try:
+        u = uuid.UUID(checkpoint_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if u.version != 6:
+        return None
+    value = u.int
+    stamp = (((value >> 80) & 0xFFFFFFFFFFFF) << 12) | ((value >> 64) & 0x0FFF)
+    micros_since = (stamp - _UUID_EPOCH_100NS) // 10
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros_since)
+
+
+# ---------------------------------------------------------------------------- schema check
+
+
+def check_schema(store: LangGraphStore, action: str) -> None:
+    """Refuse ``action`` on a LangGraph schema this version does not know (nothing changed)."""
+    if store.dialect == "sqlite":
+        found = _sqlite_columns(store)
+        for table, shapes in KNOWN_SQLITE_COLUMNS.items():
+            if found.get(table) not in shapes:
+                raise _unknown(
+                    store,
+                    action,
+                    f"its {table} table has the columns {sorted(found.get(table) or ())}",
+                )
+        return
+    with store.read("read the LangGraph schema version") as conn:
+        store.require_tables(conn, "checkpoint_migrations")
+        level = conn.exec_driver_sql(
+            f"SELECT max(v) FROM {store.table('checkpoint_migrations')}"  # noqa: S608
+        ).scalar()
+    if level not in KNOWN_POSTGRES_MIGRATIONS:
+        raise _unknown(store, action, f"its checkpoint_migrations level is {level!r}")
+
+
+def _sqlite_columns(store: LangGraphStore) -> dict[str, set[str]]:
+    with store.read("read the LangGraph schema") as conn:
+        return {
+            table: {r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")')}
+            for table in KNOWN_SQLITE_COLUMNS
+        }
+
+
+def _unknown(store: LangGraphStore, action: str, what: str) -> CheckpointStoreFormatError:
+    known = (
+        f"levels {KNOWN_POSTGRES_MIGRATIONS.start}-{KNOWN_POSTGRES_MIGRATIONS.stop - 1}"
+        if store.dialect == "postgres"
+        else "the SqliteSaver tables of langgraph-checkpoint-sqlite 2 and 3"
+    )
+    return CheckpointStoreFormatError(
+        f"cannot {action}: the LangGraph store {redact_url(store.url)} has a schema this version "
+        f"of durability does not know ({what}; it knows {known}); nothing was deleted — "
+        "upgrade durability, or read the store without writable=true"
+    )
+
+
+# ---------------------------------------------------------------------------- sidecar ledger
+
+
+def sidecar_url(store: LangGraphStore, given: str | None) -> str:
+    """The URL of the durability store keeping the LangGraph store's ledger."""
+    if given:
+        return given
+    if store.dialect == "sqlite":
+        return f"sqlite:///{store.path}.durability"
+    base = store.engine.url.set(drivername="postgresql+psycopg")
+    schema = f"{store.schema or 'public'}_durability"
+    return base.update_query_dict({"schema": schema}).render_as_string(hide_password=False)
+
+
+def sidecar_exists(store: LangGraphStore) -> bool:
+    """Whether the sidecar was ever created (a read-only store never creates it)."""
+    url = store.sidecar_url
+    if url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).is_file()
+    import sqlalchemy as sa
+
+    schema = sa.make_url(url).query.get("schema")
+    with store.read("look for the sidecar ledger") as conn:
+        found = conn.execute(
+            sa.text(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                "coalesce(:s, current_schema()) AND table_name = 'durability_threads'"
+            ),
+            {"s": schema},
+        ).first()
+    return found is not None
+
+
+class SidecarLedger(Ledger):
+    """The LangGraph store's ledger, kept in the sidecar store (see the module)."""
+
+    store: LangGraphStore
+
+    def _side(self, action: str) -> Ledger:
+        if not self.store.writable:
+            raise self.store.refuse(action)
+        side = self.store.sidecar(create=True)
+        assert side is not None
+        assert side.ledger is not None
+        return side.ledger
+
+    def _start(
+        self, thread_id: str, run_id: str, owner: str, retention: Retention, now: datetime
+    ) -> None:
+        self._side("record a run start")._start(thread_id, run_id, owner, retention, now)
+
+    def _mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:
+        self._side("mark a thread finished")._mark(thread_id, finished_at, due)
+
+    def _unmark(self, thread_id: str) -> None:
+        self._side("unmark a finished thread")._unmark(thread_id)
+
+    def _acquire(
+        self, thread_id: str, holder: str, run_id: str, now: datetime, expires_at: datetime
+    ) -> Lease:
+        return self._side("take a lease")._acquire(thread_id, holder, run_id, now, expires_at)
+
+    def _renew(self, thread_id: str, holder: str, now: datetime, expires_at: datetime) -> Lease:
+        return self._side("renew a lease")._renew(thread_id, holder, now, expires_at)
+
+    def _release(self, thread_id: str, holder: str) -> None:
+        self._side("release a lease")._release(thread_id, holder)
+
+    def _finished_due(self, now: datetime) -> list[ThreadRecord]:
+        side = self.store.sidecar(create=False)
+        if side is None or side.ledger is None:
+            return []
+        found = [self.store.thread(r.thread_id) for r in side.ledger._finished_due(now)]
+        return [r for r in found if r is not None]
+
+
+def with_ledger(record: ThreadRecord, ledger: ThreadRecord | None) -> ThreadRecord:
+    """A LangGraph thread's record with the sidecar's ledger fields (its totals kept)."""
+    if ledger is None:
+        return record
+    return replace(
+        ledger,
+        checkpoints=record.checkpoints,
+        size_bytes=record.size_bytes,
+        newest_at=record.newest_at,
+        newest_seq=record.newest_seq,
+    )
+
+
+# ---------------------------------------------------------------------------- scans
+
+
+class LangGraphScans(Scans):
+    """The sweep's reads and deletes on a LangGraph store (generic analysis reads)."""
+
+    store: LangGraphStore
+
+    def sweep_lock(self) -> SweepLock:
+        """The sidecar's sweep lock, once the store is writable and its schema known."""
+        side = self._writable("sweep")
+        return side.scans.sweep_lock()
+
+    def sweep_notes(self, columns: SweepColumns) -> list[str]:
+        """Say so when no thread is marked finished: only the waiting horizon applies then."""
+        import numpy as np
+
+        if len(columns) and not np.isnat(columns.columns["finished_at"]).all():
+            return []
+        return [
+            "this LangGraph store has no finished marks in its sidecar ledger "
+            f"({redact_url(self.store.sidecar_url)}): only the waiting horizon applies; mark "
+            "threads with `durability threads mark URL THREAD…` or store.mark_finished()"
+        ]
+
+    def delete_order(self, thread_ids: Sequence[str]) -> list[str]:
+        return sorted(thread_ids)
+
+    def _writable(self, action: str) -> Store:
+        store = self.store
+        if not store.writable:
+            raise store.refuse(action)
+        store.ready()
+        check_schema(store, action)
+        side = store.sidecar(create=True)
+        assert side is not None
+        return side
+
+    # ------------------------------------------------------------------ sweep columns
+
+    def _sweep_columns(self) -> SweepColumns:
+        totals = self._totals()
+        side = self.store.sidecar(create=False)
+        ledger: dict[str, ThreadRecord] = (
+            {r.thread_id: r for r in side.sweep_records()} if side is not None else {}
+        )
+        ids = list(totals) + [t for t in ledger if t not in totals]
+        records = [self._record(t, totals.get(t), ledger.get(t)) for t in ids]
+        values = [
+            (
+                r.checkpoints,
+                r.size_bytes,
+                micros(r.newest_at),
+                micros(r.started_at),
+                micros(r.finished_at),
+                micros(r.due_at),
+                span(r.declared_waiting),
+                span(r.declared_finished),
+                None if r.lease is None else micros(r.lease.expires_at),
+            )
+            for r in records
+        ]
+        return SweepColumns.of(ids, values, records.__getitem__)
+
+    def _record(
+        self, thread_id: str, total: tuple[int, int, str] | None, ledger: ThreadRecord | None
+    ) -> ThreadRecord:
+        if total is None:
+            return ledger or ThreadRecord(thread_id=thread_id)
+        count, size, newest_id = total
+        newest = id_time(newest_id)
+        if newest is None:  # not a LangGraph-made id: the checkpoint's own time
+            found = self.store.latest(thread_id)
+            newest = found.created_at if found is not None else None
+        record = ThreadRecord(
+            thread_id=thread_id, checkpoints=count, size_bytes=size, newest_at=newest
+        )
+        return with_ledger(record, ledger)
+
+    def _totals(self) -> dict[str, tuple[int, int, str]]:
+        """Per thread: checkpoints, stored bytes (blobs included) and the newest checkpoint id."""
+        store = self.store
+        if store.dialect == "sqlite":
+            sql = (
+                "SELECT thread_id, count(*), sum(coalesce(length(checkpoint), 0) + "
+                "coalesce(length(CAST(metadata AS BLOB)), 0)), max(checkpoint_id) "
+                "FROM checkpoints GROUP BY thread_id"
+            )
+            blobs_sql = None
+        else:
+            sql = (
+                "SELECT thread_id, count(*), sum(octet_length(checkpoint::text) + "  # noqa: S608
+                'octet_length(metadata::text)), max(checkpoint_id COLLATE "C") '
+                f"FROM {store.table('checkpoints')} GROUP BY thread_id"
+            )
+            blobs_sql = (
+                "SELECT thread_id, coalesce(sum(octet_length(blob)), 0) "  # noqa: S608
+                f"FROM {store.table('checkpoint_blobs')} GROUP BY thread_id"
+            )
+        with store.read("read the threads for the sweep") as conn:
+            rows = conn.exec_driver_sql(sql).all()
+            blobs: dict[str, int] = dict(conn.exec_driver_sql(blobs_sql).all()) if blobs_sql else {}
+        return {
+            t: (int(n), int(size or 0) + int(blobs.get(t, 0)), newest)
+            for t, n, size, newest in rows
+        }
+
+    # ------------------------------------------------------------------ deletes
+
+    def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
+        self._writable("delete threads")
+        found: dict[str, Deleted] = {}
+        for chunk in self._chunks(thread_ids):
+            found.update(chunk)
+        for t in thread_ids:
+            found.setdefault(t, Deleted())
+        return found
+
+    def _chunks(self, thread_ids: list[str]) -> Iterator[dict[str, Deleted]]:
+        """Delete in transactions sized to last about :data:`_TARGET_SECONDS` each.
+
+        The size adapts: halved after a transaction over the target, doubled after one well
+        under it. After each transaction the deleter pauses (as long as a waiting writer's busy
+        handler sleeps between tries, at most 0.1 s) so a live writer gets the lock.
+        """
+        size, at = min(100, len(thread_ids)), 0
+        delete = self._delete_sqlite if self.store.dialect == "sqlite" else self._delete_postgres
+        while at < len(thread_ids):
+            chunk = thread_ids[at : at + size]
+            started = time.perf_counter()
+            yield delete(chunk)
+            held = time.perf_counter() - started
+            at += len(chunk)
+            if held > _TARGET_SECONDS and size > 1:
+                size //= 2
+            elif held < _TARGET_SECONDS / 4:
+                size *= 2
+            if self.store.dialect == "sqlite" and at < len(thread_ids):
+                time.sleep(min(0.1, held))
+
+    def _delete_sqlite(self, chunk: list[str]) -> dict[str, Deleted]:
+        ids = json.dumps(chunk)
+        with self.store.writer("delete threads") as conn:
+            cps = Counter(
+                r[0]
+                for r in conn.execute(
+                    "DELETE FROM checkpoints WHERE thread_id IN (SELECT value FROM json_each(?)) "
+                    "RETURNING thread_id",
+                    (ids,),
+                )
+            )
+            ws = Counter(
+                r[0]
+                for r in conn.execute(
+                    "DELETE FROM writes WHERE thread_id IN (SELECT value FROM json_each(?)) "
+                    "RETURNING thread_id",
+                    (ids,),
+                )
+            )
+        return {t: Deleted(cps.get(t, 0), ws.get(t, 0)) for t in chunk}
+
+    def _delete_postgres(self, chunk: list[str]) -> dict[str, Deleted]:
+        c, b, w = (
+            self.store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        )
+        sql = (
+            f"WITH c AS (DELETE FROM {c} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "  # noqa: S608
+            f"b AS (DELETE FROM {b} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "
+            f"w AS (DELETE FROM {w} WHERE thread_id = ANY(%(t)s) RETURNING thread_id) "
+            "SELECT 'c', thread_id, count(*) FROM c GROUP BY thread_id UNION ALL "
+            "SELECT 'w', thread_id, count(*) FROM w GROUP BY thread_id UNION ALL "
+            "SELECT 'b', NULL, count(*) FROM b"
+        )
+        cps: dict[str, int] = {}
+        ws: dict[str, int] = {}
+        with self.store.writer("delete threads") as conn:
+            for kind, thread_id, n in conn.exec_driver_sql(sql, {"t": chunk}):
+                if kind != "b":
+                    (cps if kind == "c" else ws)[thread_id] = int(n)
+        return {t: Deleted(cps.get(t, 0), ws.get(t, 0)) for t in chunk}
+
+    def _still_holding(self, thread_ids: list[str]) -> set[str]:
+        store = self.store
+        tables: tuple[str, ...]
+        if store.dialect == "sqlite":
+            tables = ("checkpoints", "writes")
+            sql = " UNION ".join(
+                f"SELECT thread_id FROM {t} WHERE thread_id IN (SELECT value FROM json_each(:ids))"  # noqa: S608
+                for t in tables
+            )
+            params: dict[str, Any] = {"ids": json.dumps(thread_ids)}
+        else:
+            tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+            sql = " UNION ".join(
+                f"SELECT thread_id FROM {store.table(t)} WHERE thread_id = ANY(:ids)"  # noqa: S608
+                for t in tables
+            )
+            params = {"ids": thread_ids}
+        import sqlalchemy as sa
+
+        with store.read("check threads are empty") as conn:
+            return set(conn.execute(sa.text(sql), params).scalars())
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+class SQLiteWriter:
+    """One SQLite connection for deletes, used a transaction at a time (``BEGIN IMMEDIATE``)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self._path, self._timeout = path, timeout
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def transaction(self, wrap: Callable[[BaseException], StoreError]) -> Iterator[Any]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = sqlite3.connect(
+                    self._path,
+                    timeout=self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise wrap(exc) from exc
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise wrap(exc) from exc
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,152 @@
+"""The envelope and the keyring: sealing, binding, refusals, and keys kept out of every text."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from durability.cli import cli
+from durability.crypto import Keyring, Sealed, is_sealed, key_id_of, new_key_line
+from durability.crypto.envelope import Sealer, hkdf_sha256
+from durability.errors import ConfigError, DecryptionFailed, KeyMissing
+
+K1, K2 = os.urandom(32), os.urandom(32)
+ROW = ("thread-1", "ns", "cp-1", "state")
+TEXT = orjson.dumps({"messages": [{"content": "secret words " * 30, "i": i} for i in range(5)]})
+
+
+def line(key_id: str, key: bytes) -> str:
+    return f"{key_id}:{base64.b64encode(key).decode()}"
+
+
+def test_hkdf_matches_the_reference_implementation() -> None:
+    """The two-HMAC HKDF equals cryptography's RFC 5869 HKDF."""
+    salt, info = os.urandom(16), b"durability/thread-key/1\x00t"
+    expected = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=info).derive(K1)
+    assert hkdf_sha256(K1, salt, info) == expected
+
+
+def test_seal_then_open_round_trips_and_names_key_scheme_version() -> None:
+    """A sealed text opens to the same text; its envelope names the key id, scheme and version
+    and holds no readable plaintext (it was compressed, then encrypted)."""
+    sealer = Sealer(Keyring({"k1": K1}))
+    envelope = sealer.seal(TEXT.decode(), *ROW)
+    assert is_sealed(envelope)
+    assert key_id_of(envelope) == "k1"
+    parsed = orjson.loads(envelope)
+    assert (parsed["v"], parsed["s"], parsed["k"], parsed["x"]) == (
+        1,
+        "A256GCM-HKDF-SHA256",
+        "k1",
+        "deflate",
+    )
+    assert "secret" not in envelope
+    assert len(envelope) < len(TEXT)
+    assert sealer.open(envelope, *ROW) == TEXT.decode()
+    assert Sealer(Keyring({"k1": K1})).open(envelope, *ROW) == TEXT.decode(), "another process"
+
+
+@pytest.mark.parametrize(
+    "moved",
+    [
+        ("thread-2", "ns", "cp-1", "state"),
+        ("thread-1", "", "cp-1", "state"),
+        ("thread-1", "ns", "cp-2", "state"),
+        ("thread-1", "ns", "cp-1", "w"),
+    ],
+)
+def test_a_ciphertext_moved_to_another_row_or_field_does_not_open(moved: tuple[str, ...]) -> None:
+    """The row's identity is the associated data: any other thread, namespace, id or field fails,
+    and the refusal names the row it was read as."""
+    sealer = Sealer(Keyring({"k1": K1}))
+    envelope = sealer.seal("{}", *ROW)
+    with pytest.raises(DecryptionFailed, match="does not authenticate") as info:
+        sealer.open(envelope, *moved)
+    assert repr(moved[2]) in str(info.value)
+
+
+def test_tampered_wrong_key_and_missing_key_refusals() -> None:
+    """A flipped byte or a header edit fails naming the row; a key with the right id but other
+    bytes fails; an unknown key id fails naming the key id and the thread, never a key."""
+    envelope = Sealer(Keyring({"k1": K1})).seal("{}", *ROW)
+    parsed = orjson.loads(envelope)
+    raw = bytearray(base64.b64decode(parsed["c"]))
+    raw[0] ^= 1
+    tampered = orjson.dumps({**parsed, "c": base64.b64encode(bytes(raw)).decode()}).decode()
+    with pytest.raises(DecryptionFailed, match="'cp-1'"):
+        Sealer(Keyring({"k1": K1})).open(tampered, *ROW)
+    with pytest.raises(DecryptionFailed):
+        Sealer(Keyring({"k1": K2})).open(envelope, *ROW)
+    with pytest.raises(DecryptionFailed, match="damaged"):
+        Sealer(Keyring({"k1": K1})).open(envelope[:-5], *ROW)
+    with pytest.raises(KeyMissing) as info:
+        Sealer(Keyring({"k2": K2})).open(envelope, *ROW)
+    message = str(info.value)
+    assert "'k1'" in message
+    assert "'thread-1'" in message
+    assert "DURABILITY_ENCRYPTION_KEYS" in message
+    for key in (K1, K2):
+        assert base64.b64encode(key).decode() not in message
+
+
+def test_rotation_seals_under_the_current_key_and_opens_older_ones() -> None:
+    """A new key put first seals new writes; rows under the older key still open."""
+    old = Sealer(Keyring({"k1": K1})).seal("[1]", *ROW)
+    rotated = Sealer(Keyring.parse(f"{line('k2', K2)},{line('k1', K1)}"))
+    assert key_id_of(rotated.seal("[2]", *ROW)) == "k2"
+    assert rotated.open(old, *ROW) == "[1]"
+
+
+def test_keyring_sources_and_refusals_never_show_a_key(tmp_path, monkeypatch) -> None:
+    """The variable, a file and a KMS callable all give keys; bad entries are refused by
+    position and id; no repr or message holds a key."""
+    secret = base64.b64encode(K1).decode()
+    ring = Keyring.from_env({"DURABILITY_ENCRYPTION_KEYS": f"{line('a', K1)}, {line('b', K2)}"})
+    assert ring is not None
+    assert ring.ids == ["a", "b"]
+    assert ring.key("b") == K2
+    assert secret not in repr(ring)
+    assert secret not in repr(Sealer(ring))
+    path = tmp_path / "keys"
+    path.write_text(f"# rotated 2026\n{line('b', K2)}\n{line('a', K1)}\n")
+    assert Keyring.from_env({"DURABILITY_ENCRYPTION_KEYS_FILE": str(path)}).current == "b"  # type: ignore[union-attr]
+    assert Keyring.from_env({}) is None
+    asked: list[str] = []
+    kms = Keyring(
+        current="kms-1", fetch=lambda k: asked.append(k) or (K1 if k == "kms-1" else None)
+    )
+    assert kms.key("kms-1") == K1
+    assert kms.key("nope") is None
+    assert asked == ["kms-1", "nope"]
+    for bad, needle in [
+        (f"a:{secret[:-4]}", "32 bytes"),
+        ("a:!!!", "not base64"),
+        ("nocolon", "keyid:BASE64KEY"),
+        (f"a b:{secret}", "key id"),
+        (f"{line('a', K1)},{line('a', K2)}", "repeats"),
+    ]:
+        with pytest.raises(ConfigError, match=needle) as info:
+            Keyring.parse(bad)
+        assert secret not in str(info.value)
+
+
+def test_sealed_value_repr_names_key_and_size_only() -> None:
+    """A payload kept sealed says which key it needs, and nothing of its content."""
+    envelope = Sealer(Keyring({"k1": K1})).seal(TEXT.decode(), *ROW)
+    assert repr(Sealed(envelope)) == f"<Sealed payload under key 'k1', {len(envelope)} bytes>"
+
+
+def test_keys_new_prints_a_usable_line() -> None:
+    """`durability keys new` prints keyid:BASE64KEY on stdout that a keyring accepts."""
+    result = CliRunner().invoke(cli, ["keys", "new", "--id", "prod-2026"])
+    assert result.exit_code == 0, result.output
+    printed = result.stdout.strip().splitlines()[0]
+    assert printed.startswith("prod-2026:")
+    assert Keyring.parse(printed).current == "prod-2026"
+    assert new_key_line() != new_key_line()
