@@ -31,14 +31,14 @@ TABLES = ("durability_checkpoints", "durability_writes", "durability_connections
 
 def old_rows(table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     with sqlite3.connect(FIXTURE) as raw:
-        cursor = raw.execute(f"SELECT * FROM {table}")  # noqa: S608 - a constant
+        cursor = raw.execute(f"SELECT * FROM {table}")
         return [d[0] for d in cursor.description], cursor.fetchall()
 
 
 def expected_entries() -> dict[int, tuple[Any, ...]]:
     """Per seq, what version 9 said of the row: state, reason, attempts, last error, synced at."""
     with sqlite3.connect(FIXTURE) as raw:
-        rows = raw.execute(f"SELECT {OLD_STATE} FROM durability_checkpoints").fetchall()  # noqa: S608
+        rows = raw.execute(f"SELECT {OLD_STATE} FROM durability_checkpoints").fetchall()
     return {
         seq: (
             "pending" if not synced else "quarantined" if error else "synced",
@@ -78,7 +78,11 @@ def check_upgraded(store: SQLStore) -> None:
     store.mark_sent([("alpha", fresh.seq)])
     assert store.outbox.entries(thread_id="alpha")[-1].state == "synced"
     store.delete_thread("beta")
-    assert {e.thread_id for e in store.outbox.entries()} == {"before-connect", "alpha", "x" * 10_000}
+    assert {e.thread_id for e in store.outbox.entries()} == {
+        "before-connect",
+        "alpha",
+        "x" * 10_000,
+    }
     assert [c.project_id for c in store.connections()] == ["p1"]
 
 
@@ -115,7 +119,7 @@ def v9_schema() -> Iterator[str]:
                     at = columns.index("synced")
                     rows = [(*r[:at], bool(r[at]), *r[at + 1 :]) for r in rows]
                 conn.exec_driver_sql(
-                    f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608
+                    f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",
                     rows,
                 )
             conn.exec_driver_sql(
