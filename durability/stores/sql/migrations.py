@@ -27,6 +27,7 @@ from durability.stores.sql.schema import (
     sweep_lock_table,
     synced_table,
     threads,
+    tombstones,
     writes,
 )
 
@@ -176,8 +177,13 @@ def _sweep_lock(conn: SAConnection) -> None:
     create(conn, sweep_lock_table)
 
 
+def _tombstones(conn: SAConnection) -> None:
+    """Version 10: erased threads' tombstones, which every put checks (see ``Store.erase``)."""
+    create(conn, tombstones)
+
+
 def _outbox_tables(conn: SAConnection) -> None:
-    """Version 10: the outbox state moves to narrow tables of its own, kept by triggers.
+    """Version 11: the outbox state moves to narrow tables of its own, kept by triggers.
 
     A pending or quarantined row is a row of ``durability_outbox`` (inserted with its
     checkpoint by a trigger); an acknowledgement moves it to ``durability_synced`` (when, after
@@ -256,6 +262,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread-first key indexes", _thread_first_keys),
     ("drain heartbeats", _drain_heartbeat),
     ("sweep lock", _sweep_lock),
+    ("tombstones", _tombstones),
     ("outbox tables", _outbox_tables),
 )
 

@@ -44,7 +44,7 @@ def _stored_column(name: str) -> sa.Column[Any]:
 
 def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
     """The checkpoints table; ``outbox=True`` is its shape from migration 2 to 9 (the outbox state
-    in its own columns, moved to :data:`outbox_table` and :data:`synced_table` by migration 10)."""
+    in its own columns, moved to :data:`outbox_table` and :data:`synced_table` by migration 11)."""
     columns: list[sa.Column[Any]] = [
         sa.Column("seq", BIGINT, primary_key=True, autoincrement=True),
         sa.Column("tkey", KEY, nullable=False),
@@ -161,6 +161,19 @@ sweep_lock_table = sa.Table(
     sa.Column("holder", sa.Text, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False),
 )
+
+#: Erased threads, by the keyed hash of their id (no thread id: see ``stores/tombstones.py``).
+tombstones = sa.Table(
+    "durability_tombstones",
+    metadata,
+    sa.Column("ekey", KEY, primary_key=True),
+    sa.Column("erased_at", sa.BigInteger, nullable=False),
+    sa.Column("erased_by", sa.Text, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),
+)
+
+#: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).
+SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
 
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 
