@@ -6,6 +6,7 @@ imported where they are used.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from durability._version import __version__
@@ -21,6 +22,10 @@ from durability.model import (
 
 if TYPE_CHECKING:
     from durability.stores.base import Store
+
+# A library logs, the application decides where logs go: without this, Python's last-resort
+# handler would print every warning (a failed run, say) to stderr, red in a notebook.
+logging.getLogger("durability").addHandler(logging.NullHandler())
 
 
 def open(url: str | None = None, **options: Any) -> Store:

@@ -23,13 +23,13 @@ from durability._extras import missing_extra
 try:
     import numpy as np
     import pandas as pd
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, num2date
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 except ModuleNotFoundError as exc:  # the notebook extra
     raise missing_extra(exc, "durability.plots") from exc
 
-from durability import simulate
+from durability import simulate, vocabulary
 from durability.settings import Settings, format_duration, parse_duration
 
 if TYPE_CHECKING:
@@ -38,20 +38,12 @@ if TYPE_CHECKING:
 #: The text of the figure an empty frame gets.
 NO_DATA = "no data"
 
-#: Colours of run and thread statuses (anything else is grey).
-STATUS_COLOURS = {
-    "completed": "tab:green",
-    "failed": "tab:red",
-    "interrupted": "tab:orange",
-    "parked": "tab:orange",
-    "running": "tab:blue",
-    "stopped": "tab:purple",
-}
-HORIZON_COLOURS = {"finished": "tab:blue", "waiting": "tab:orange"}
+#: Colours of run and thread statuses (:mod:`durability.vocabulary`; anything else is grey).
+STATUS_COLOURS = vocabulary.STATUS_COLOURS
+HORIZON_COLOURS = vocabulary.HORIZON_COLOURS
 
 #: The sweep timeline cuts its first day's bar when it is this many times the tallest later one.
 FIRST_DAY_CLIP = 3
-_CURRENT: dict[str, Any] = {"color": "tab:red", "linestyle": "--", "linewidth": 1.5}
 
 _UNITS = (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0), ("seconds", 1.0))
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -115,10 +107,42 @@ def _utc(values: Any) -> np.ndarray[Any, Any]:
 
 
 def _date_axis(ax: Axes, label: str = "time (UTC)") -> None:
+    """A UTC date axis whose tick labels name their own month, and whose label gives the span.
+
+    matplotlib's concise formatter writes the year and month once, as an offset taken from the
+    last tick ("2027-Jan" under an axis that is mostly December). Here day ticks read
+    ``Dec 03``, month ticks ``Dec 2026``, and the axis label says which dates the data spans,
+    so no label can disagree with the data under it. Call it after plotting.
+    """
     locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+    formatter = ConciseDateFormatter(  # type: ignore[no-untyped-call]
+        locator,
+        formats=["%Y", "%b %Y", "%b %d", "%H:%M", "%H:%M", "%S.%f"],
+        zero_formats=["", "%b %Y", "%b %d", "%b %d", "%H:%M", "%H:%M"],
+        show_offset=False,
+    )
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(formatter)
+    low, high = ax.dataLim.intervalx
+    if np.isfinite(low) and np.isfinite(high) and high >= low:
+        first, last = num2date(low), num2date(high)  # type: ignore[no-untyped-call]
+        span = (
+            f"{first:%Y-%m-%d}"
+            if first.date() == last.date()
+            else (f"{first:%Y-%m-%d} to {last:%Y-%m-%d}")
+        )
+        label = f"{label}, {span}"
     ax.set_xlabel(label)
+
+
+def _policy_line(ax: Axes, x: float, role: str, label: str) -> None:
+    """A vertical line at a policy's value, in its role's colour, labelled with the role."""
+    ax.axvline(
+        x,
+        **vocabulary.policy_style(role),
+        linewidth=1.8,
+        label=vocabulary.policy_role(label, role),
+    )
 
 
 def bytes_unit(largest: float) -> tuple[str, float]:
@@ -223,16 +247,22 @@ def retention_curve(
     waitings: Sequence[timedelta | str | float],
     current: simulate.Policy | Settings | timedelta | None = None,
     *,
+    proposed: simulate.Policy | Settings | timedelta | str | None = None,
     finished: timedelta | None = None,
     now: datetime | None = None,
 ) -> Figure:
     """Threads and bytes a sweep at ``now`` would keep, against the waiting value.
+
+    The value in force is a solid line in the in-force colour, a proposed one a dashed line in
+    the proposed colour (:mod:`durability.vocabulary`), each labelled with its role. When every
+    point keeps the same bytes the bytes panel says why: the threads no value deletes hold them.
 
     Args:
         threads: ``frames.threads(store)``.
         waitings: the waiting values to try (timedeltas, duration texts, or numbers of days).
         current: the setting in force, marked on both panels (a policy, settings or a waiting
             value); its finished value is used for every point unless ``finished`` is given.
+        proposed: a proposed waiting value (or policy), marked on both panels.
         finished: the finished value for every point (default the current one, else 7 days),
             capped at each waiting value.
         now: when the sweep runs (default: now).
@@ -260,38 +290,71 @@ def retention_curve(
     bottom.set_ylabel(f"bytes kept ({unit})")
     bottom.set_ylim(0, max(float(kept_bytes.max()) / size, 1.0) * 1.08)
     bottom.set_xlabel("waiting retention (days)")
-    if marked is not None:
-        x = marked.waiting.total_seconds() / 86_400
+    if float(kept_bytes.max()) == float(kept_bytes.min()):
+        bottom.text(
+            0.5,
+            0.5,
+            f"flat: every value tried keeps the same {human_bytes(float(kept_bytes[0]))}, held "
+            "by threads none of them deletes",
+            transform=bottom.transAxes,
+            ha="center",
+            va="center",
+            fontsize="small",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
+        )
+    marks = [(marked, vocabulary.IN_FORCE)]
+    if proposed is not None:
+        marks.append((simulate.as_policy(proposed, finished=finish), vocabulary.PROPOSED))
+    for policy, role in marks:
+        if policy is None:
+            continue
+        x = policy.waiting.total_seconds() / 86_400
         for ax in (top, bottom):
-            ax.axvline(x, **_CURRENT, label=f"current: {format_duration(marked.waiting)}")
-        top.legend(loc="lower right")
+            _policy_line(ax, x, role, f"waiting {format_duration(policy.waiting)}")
+    if marked is not None or proposed is not None:
+        top.legend(loc="lower right", fontsize="small")
     return fig
 
 
-def idle_gaps(threads: pd.DataFrame, waiting: timedelta | str | simulate.Policy) -> Figure:
-    """The distribution of each thread's longest idle gap, with the waiting horizon drawn.
+def idle_gaps(
+    threads: pd.DataFrame,
+    waiting: timedelta | str | simulate.Policy,
+    *,
+    in_force: timedelta | str | simulate.Policy | Settings | None = None,
+) -> Figure:
+    """The distribution of each thread's longest idle gap, with the proposed waiting horizon
+    (dashed, the proposed colour) and, when given, the one in force (solid, the in-force colour).
 
-    Threads to the right of the line would have been deleted between two of their turns by a
-    sweep with that waiting value (see :func:`durability.simulate.lost_conversations`).
+    Threads to the right of the proposed line would have been deleted between two of their
+    turns by a sweep with that waiting value (see :func:`durability.simulate.lost_conversations`).
     """
     title = "Longest idle gap per thread"
     gaps = pd.to_timedelta(threads["max_idle_gap"]).dropna() if len(threads) else pd.Series()
     if gaps.empty:
-        return _no_data(title)
+        return _no_data(title, f"{NO_DATA}: no thread has two checkpoints yet")
     horizon = simulate.as_policy(waiting).waiting
-    unit, size = duration_unit(max(gaps.max(), pd.Timedelta(horizon)))
+    current = None if in_force is None else simulate.as_policy(in_force).waiting
+    longest = max(gaps.max(), pd.Timedelta(horizon), pd.Timedelta(current or horizon))
+    unit, size = duration_unit(longest)
     values = _in_unit(gaps, size)
     beyond = len(simulate.lost_conversations(threads, horizon))  # declared values cap it
     fig = _figure(title)
     ax = fig.axes[0]
     ax.hist(values, bins=min(40, max(5, len(values) // 2)), color="tab:blue", alpha=0.8)
-    ax.axvline(
-        horizon.total_seconds() / size, **_CURRENT, label=f"waiting {format_duration(horizon)}"
+    if current is not None:
+        label = f"waiting {format_duration(current)}"
+        _policy_line(ax, current.total_seconds() / size, vocabulary.IN_FORCE, label)
+    if current is None or current != horizon:
+        label = f"waiting {format_duration(horizon)}"
+        _policy_line(ax, horizon.total_seconds() / size, vocabulary.PROPOSED, label)
+    which = "in force" if current == horizon else "proposed"
+    ax.set_title(
+        f"{beyond} of {len(gaps):,} threads idle longer than the {which} waiting "
+        f"{format_duration(horizon)}"
     )
-    ax.set_title(f"{beyond} of {len(gaps):,} threads idle longer than their waiting horizon")
     ax.set_xlabel(f"longest gap between consecutive checkpoints ({unit})")
     _count_axis(ax, "threads")
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper right", fontsize="small")
     return fig
 
 
@@ -299,7 +362,11 @@ def idle_gaps(threads: pd.DataFrame, waiting: timedelta | str | simulate.Policy)
 
 
 def sweep_timeline(
-    daily_df: pd.DataFrame, *, policy: str | None = None, log: bool = False
+    daily_df: pd.DataFrame,
+    *,
+    policy: str | None = None,
+    in_force: str | None = None,
+    log: bool = False,
 ) -> Figure:
     """The daily sweeps of :func:`durability.simulate.daily`: what remains, what goes by horizon.
 
@@ -309,29 +376,26 @@ def sweep_timeline(
     backlog already due: when its bar is more than :data:`FIRST_DAY_CLIP` times the tallest of
     the others it is cut at the axis top and its count written on it, so the later days stay
     readable; ``log=True`` draws the counts on a symmetric log axis instead.
+
+    ``in_force`` is the label of the policy in force: its line is solid in the in-force colour,
+    every other policy is proposed (dashed; the proposed colour when there is one, distinct
+    colours when there are several), and the legend says which is which. ``policy`` defaults
+    to the first proposed policy. A line that stays flat is explained under the chart.
     """
     title = "Sweep timeline"
     if daily_df.empty:
         return _no_data(title)
     labels = list(dict.fromkeys(daily_df["policy"].tolist()))
-    chosen = policy if policy is not None else labels[0]
-    if chosen not in labels:
+    proposals = [label for label in labels if label != in_force]
+    chosen = policy if policy is not None else (proposals or labels)[0]
+    if chosen not in labels or (in_force is not None and in_force not in labels):
         raise ValueError(
-            f"cannot draw the sweep timeline of policy {chosen!r}: the frame holds {labels}; "
-            "pass one of those labels"
+            f"cannot draw the sweep timeline of policy {chosen!r} (in force: {in_force!r}): the "
+            f"frame holds {labels}; pass those labels"
         )
     fig = _figure(title, 2, sharex=True)
     top, bottom = fig.axes
-    for label, colour in zip(labels, _colours(len(labels)), strict=True):
-        rows = daily_df[daily_df["policy"] == label]
-        top.plot(
-            _utc(rows["day"]),
-            rows["remaining_threads"].to_numpy(),
-            label=label,
-            color=colour,
-            linewidth=2.6 if label == chosen else 1.4,
-            zorder=3 if label == chosen else 2,
-        )
+    _timeline_lines(top, daily_df, labels, in_force, chosen)
     top.set_title("Threads remaining after each daily sweep")
     _count_axis(top, "threads")
     _outside_legend(fig, top, title="policy")
@@ -369,6 +433,44 @@ def sweep_timeline(
     return fig
 
 
+def _timeline_lines(
+    ax: Axes, daily_df: pd.DataFrame, labels: list[str], in_force: str | None, chosen: str
+) -> None:
+    """One line per policy: in force solid, proposed dashed, ``chosen`` thicker."""
+    proposals = [label for label in labels if label != in_force]
+    colours = [vocabulary.PROPOSED_COLOUR] if len(proposals) == 1 else _colours(len(proposals))
+    flat = []
+    for label in labels:
+        rows = daily_df[daily_df["policy"] == label]
+        remaining = rows["remaining_threads"].to_numpy()
+        if len(remaining) > 1 and remaining.min() == remaining.max():
+            flat.append(label)
+        if label == in_force:
+            style = vocabulary.policy_style(vocabulary.IN_FORCE)
+            name = vocabulary.policy_role(label, vocabulary.IN_FORCE)
+        else:
+            style = {"color": colours[proposals.index(label)], "linestyle": "--"}
+            name = vocabulary.policy_role(label, vocabulary.PROPOSED) if in_force else label
+        ax.plot(
+            _utc(rows["day"]),
+            remaining,
+            label=name,
+            linewidth=2.6 if label == chosen else 1.6,
+            zorder=3 if label == chosen else 2,
+            **style,
+        )
+    if flat:
+        ax.text(
+            0.01,
+            0.04,
+            f"flat ({', '.join(flat)}): no thread of the store comes due in the window "
+            "(every one is spared, or due after it)",
+            transform=ax.transAxes,
+            fontsize="small",
+            color="grey",
+        )
+
+
 # ---------------------------------------------------------------------------- run health
 
 
@@ -395,7 +497,7 @@ def run_health(runs_df: pd.DataFrame, *, source: str | None = None) -> Figure:
     base = np.zeros(len(per_day))
     for status in statuses:
         counts = per_day[status].to_numpy() if status in per_day else np.zeros(len(per_day))
-        colour = STATUS_COLOURS.get(status, "tab:grey")
+        colour = vocabulary.status_colour(status)
         top.bar(_utc(per_day.index), counts, width=0.8, bottom=base, color=colour, label=status)
         base = base + counts
     top.set_title("Runs started per day")
@@ -408,7 +510,7 @@ def run_health(runs_df: pd.DataFrame, *, source: str | None = None) -> Figure:
     left = np.zeros(len(per_runner))
     for status in statuses:
         counts = per_runner[status].to_numpy() if status in per_runner else np.zeros(len(left))
-        colour = STATUS_COLOURS.get(status, "tab:grey")
+        colour = vocabulary.status_colour(status)
         bottom.barh(per_runner.index.tolist(), counts, left=left, color=colour, label=status)
         left = left + counts
     bottom.set_title("Runs per runner by status")

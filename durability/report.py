@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from durability._util import redact_url
 from durability.errors import DurabilityError
+from durability.humanize import format_bytes
 from durability.settings import Settings, format_duration, parse_duration
 from durability.stores.base import Store
 
@@ -51,7 +52,10 @@ class Section:
 
     def table(self, frame: pd.DataFrame, caption: str = "") -> None:
         more = len(frame) - MAX_ROWS
-        body = frame.head(MAX_ROWS).to_html(index=False, na_rep="", border=0, escape=True)
+        from durability.tables import readable
+
+        shown = readable(frame.head(MAX_ROWS))
+        body = shown.to_html(index=False, na_rep="", border=0, escape=True)
         note = f'<p class="note">… and {more} more rows</p>' if more > 0 else ""
         head = f"<h3>{html.escape(caption)}</h3>" if caption else ""
         self.parts.append(head + body + note)
@@ -118,7 +122,7 @@ def write_report(
     s = page.section(
         "Threads",
         f"{len(threads)} threads holding {int(threads.checkpoints.sum())} checkpoints "
-        f"({int(threads.size_bytes.sum()):,} bytes). A thread is one conversation, flow session "
+        f"({format_bytes(int(threads.size_bytes.sum()))}). A thread is one conversation, flow session "
         "or agent session.",
     )
     if len(threads):
@@ -238,13 +242,18 @@ def write_report(
         waitings = [parse_duration(f"{d}d") for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
         page.chart(
             s,
-            plots.retention_curve(threads, waitings, current=settings.waiting_retention),
+            plots.retention_curve(
+                threads,
+                waitings,
+                current=settings.waiting_retention,
+                proposed=proposed.waiting_retention,
+            ),
             "retention_curve",
             "threads kept against the waiting value",
         )
         page.chart(
             s,
-            plots.idle_gaps(threads, proposed.waiting_retention),
+            plots.idle_gaps(threads, proposed.waiting_retention, in_force=settings),
             "idle_gaps",
             "longest idle gap per thread",
         )
@@ -256,7 +265,9 @@ def write_report(
         ]
         page.chart(
             s,
-            plots.sweep_timeline(simulate.daily(threads, policies, at, 28)),
+            plots.sweep_timeline(
+                simulate.daily(threads, policies, at, 28), in_force=policies[0].label
+            ),
             "sweep_timeline",
             "daily sweeps over four weeks",
         )

@@ -291,7 +291,9 @@ class RetentionPlanner:
         self.summary.value = _plan_summary(self.plan, self.frame, policy, self.current)
         compared = [policy] if policy == self.current else [policy, self.current]
         self.daily = simulate.daily(self.threads_frame, compared, when, self.days)
-        self.figure = plots.sweep_timeline(self.daily, policy=policy.label)
+        self.figure = plots.sweep_timeline(
+            self.daily, policy=policy.label, in_force=self.current.label
+        )
         _show(self.chart, self.figure)
         _show(self.table, _table(self.deletes))
 

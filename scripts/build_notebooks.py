@@ -297,12 +297,14 @@ retention[retention.action == "spared"][["thread_id", "horizon", "owner", "reaso
 ## Threads and bytes kept against the waiting value
 
 For each candidate waiting value: how many threads (and bytes) a sweep now would keep. The
-dashed line is the current setting.
+solid black line is the value in force, the dashed purple one the proposed value (the same
+colours in every chart of the bundle).
 """),
     code("""
+proposed = settings.update(waiting_retention=proposed_waiting, finished_retention=proposed_finished)
 threads = frames.threads(store, now=at)
 waitings = [timedelta(days=d) for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
-bundle.chart(plots.retention_curve(threads, waitings, current=settings.waiting_retention), "retention_curve", charts)
+bundle.chart(plots.retention_curve(threads, waitings, current=settings.waiting_retention, proposed=proposed.waiting_retention), "retention_curve", charts)
 """),
     md("""
 ## What a shorter retention would cost
@@ -312,8 +314,7 @@ two of its turns is longer than the waiting value, the sweep deletes it in betwe
 comes back to nothing. The chart shows each thread's longest idle gap against the proposed value.
 """),
     code("""
-proposed = settings.update(waiting_retention=proposed_waiting, finished_retention=proposed_finished)
-bundle.chart(plots.idle_gaps(threads, proposed.waiting_retention), "idle_gaps", charts)
+bundle.chart(plots.idle_gaps(threads, proposed.waiting_retention, in_force=settings), "idle_gaps", charts)
 lost = simulate.lost_conversations(threads, proposed.waiting_retention)
 print(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
 lost
@@ -337,7 +338,7 @@ no new writes): threads deleted per day by horizon, and what remains.
     code("""
 policies = [simulate.Policy.from_settings(settings), simulate.Policy.from_settings(proposed)]
 days = simulate.daily(threads, policies, at, 28)
-bundle.chart(plots.sweep_timeline(days), "sweep_timeline", charts)
+bundle.chart(plots.sweep_timeline(days, in_force=policies[0].label), "sweep_timeline", charts)
 days.groupby("policy").agg(deleted_threads=("deleted_threads", "sum"), deleted_bytes=("deleted_bytes", "sum"))
 """),
     md("""

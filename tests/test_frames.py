@@ -24,6 +24,7 @@ from durability.model import Checkpoint
 from durability.runs import RunContext, RunControl, Runner, list_runs, read_thread
 from durability.stores.base import Store
 from durability.testing import StoreTarget
+from durability.vocabulary import status_word
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -138,7 +139,7 @@ def test_checkpoints_frame_is_every_checkpoint_as_written(fleet: Fleet) -> None:
             "node_id": [c.node_id for c in rows],
             "step": [c.step for c in rows],
             "step_type": [c.step_type for c in rows],
-            "status": [c.status for c in rows],
+            "status": [status_word(c.status) for c in rows],
             "created_at": [ts(c.created_at) for c in rows],
             "size_bytes": [c.size_bytes for c in rows],
         }
@@ -211,7 +212,7 @@ def test_threads_frame_totals_gaps_ledger_and_parks(fleet: Fleet) -> None:
         assert (row["first_at"], row["newest_at"]) == (ts(times[0]), ts(max(t for t in times if t)))
         assert row["max_idle_gap"] == pd.Timedelta(max(gaps))
         assert (row["status"], row["run_id"], row["owner"]) == (
-            rows[-1].status,
+            status_word(rows[-1].status),
             record.run_id,
             record.owner,
         )
@@ -231,7 +232,7 @@ def test_threads_frame_totals_gaps_ledger_and_parks(fleet: Fleet) -> None:
         park = by_id.loc[fleet.parked.thread_id]
         assert fleet.parked.park is not None
         assert (park["parked"], park["park_deadline"]) == (True, ts(fleet.parked.park.deadline))
-        assert park["status"] == "interrupted"
+        assert park["status"] == "parked", "an interrupted checkpoint reads parked"
         later = frames.threads(fleet.store, now=fleet.parked.park.deadline + timedelta(seconds=1))
         assert not later.set_index("thread_id").loc[fleet.parked.thread_id, "parked"]
     assert frame["parked"].sum() == (1 if fleet.parked else 0)
@@ -520,7 +521,7 @@ def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]
             mine = cps[cps.thread_id == eid]
             assert mine["checkpoint_id"].tolist() == [r["checkpoint_id"] for r in rows]
             assert mine["node_id"].tolist() == [r["node_id"] for r in rows]
-            assert mine["status"].tolist() == [r["status"] for r in rows]
+            assert mine["status"].tolist() == [status_word(r["status"]) for r in rows]
             assert mine["step"].tolist() == [r["node_index"] for r in rows]
             assert mine["created_at"].tolist() == [
                 pd.Timestamp(parse_time(r["created_at"])) for r in rows
@@ -539,7 +540,7 @@ def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]
             times = [parse_time(r["created_at"]) for r in rows]
             assert ths.loc[eid, "checkpoints"] == len(rows)
             assert ths.loc[eid, "newest_at"] == pd.Timestamp(max(t for t in times if t))
-            assert ths.loc[eid, "status"] == rows[-1]["status"]
+            assert ths.loc[eid, "status"] == status_word(rows[-1]["status"])
             assert ths.loc[eid, "size_bytes"] == sum(c.size_bytes or 0 for c in store.history(eid))
         assert ths["parked"].to_dict() == {eid: eid == "exec-paused" for eid in written}
 
@@ -593,7 +594,7 @@ def test_frames_of_a_langgraph_sqlite_store(tmp_path: Any) -> None:
         assert done["status"].tolist() == ["completed"] * 4
         assert done["synced"].isna().all(), "a LangGraph store keeps no outbox"
         ths = frames.threads(store).set_index("thread_id")
-        assert ths.loc["waiting", "status"] == "interrupted"
+        assert ths.loc["waiting", "status"] == "parked"
         assert ths.loc["done", "checkpoints"] == 4
         assert ths.loc["done", "newest_at"] == pd.Timestamp(own["done"][0].checkpoint["ts"])
         assert not ths["parked"].any(), "a LangGraph interrupt is a waiting thread, not a park"

@@ -16,6 +16,7 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.humanize import format_bytes
 
 
 def register(cli: click.Group) -> None:
@@ -96,7 +97,7 @@ def _show_plan(plan: Any, where: str, as_json: bool) -> None:
     total = summary["total_delete"]
     click.echo(
         f"dry run of the sweep of {where} at {plan.now.isoformat()}: it would delete "
-        f"{total['threads']} threads ({total['checkpoints']} checkpoints, {total['size_bytes']} bytes); "
+        f"{total['threads']} threads ({total['checkpoints']} checkpoints, {format_bytes(total['size_bytes'])}); "
         "nothing was deleted"
     )
     for note in summary["notes"]:
@@ -109,7 +110,7 @@ def _show_plan(plan: Any, where: str, as_json: bool) -> None:
                 h,
                 counts[h]["delete"],
                 going[h]["checkpoints"],
-                going[h]["size_bytes"],
+                format_bytes(going[h]["size_bytes"]),
                 counts[h]["spared"],
                 counts[h]["not_due"],
                 counts[h]["skipped"],

@@ -12,8 +12,10 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.humanize import format_bytes
 from durability.stores.parks import park_of
 from durability.stores.rows import ID_FIELDS, SCALAR_FIELDS
+from durability.vocabulary import status_word
 
 
 def register(cli: click.Group) -> None:
@@ -49,7 +51,7 @@ def list_threads(url: str, limit: int | None, as_json: bool) -> None:
             (
                 r.thread_id,
                 r.checkpoints,
-                r.size_bytes,
+                format_bytes(r.size_bytes),
                 r.newest_at,
                 r.owner,
                 r.finished_at,
@@ -95,7 +97,7 @@ def show_thread(
         print_json({"thread": _record_json(record), "park": _park_json(park), "checkpoints": rows})
         return
     click.echo(
-        f"thread {thread_id}: {record.checkpoints} checkpoints, {record.size_bytes} bytes, owner {record.owner or '-'}"
+        f"thread {thread_id}: {record.checkpoints} checkpoints, {format_bytes(record.size_bytes)}, owner {record.owner or '-'}"
     )
     if record.finished_at:
         click.echo(
@@ -125,9 +127,9 @@ def show_thread(
                 c.node_id,
                 c.step,
                 c.step_type,
-                c.status,
+                status_word(c.status),
                 c.created_at,
-                c.size_bytes,
+                format_bytes(c.size_bytes),
             )
             for c in history
         ],

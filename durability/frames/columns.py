@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from durability import vocabulary
 from durability._extras import missing_extra
 from durability.clock import as_utc
 from durability.stores.base import Store
@@ -132,8 +133,8 @@ STATE_COLUMN = {"state": "object"}
 OUTBOX_STATES = ("pending", "synced", "quarantined")
 
 
-#: The categories of ``runs.status``.
-RUN_STATUSES = ("completed", "failed", "parked", "running", "stalled", "abandoned")
+#: The categories of ``runs.status`` (:data:`durability.vocabulary.RUN_STATUSES`).
+RUN_STATUSES = vocabulary.RUN_STATUSES
 
 
 NAT = np.iinfo(np.int64).min
@@ -186,6 +187,15 @@ def nullable_ints(values: Sequence[int | None]) -> Any:
 
 def categories(values: Sequence[str | None]) -> pd.Categorical:
     return pd.Categorical(np.asarray(values, dtype=object))
+
+
+def statuses(values: Sequence[str | None]) -> pd.Categorical:
+    """Stored checkpoint statuses in people's words (``interrupted`` reads ``parked``), as a
+    categorical whose categories start with :data:`~durability.vocabulary.CHECKPOINT_STATUSES`."""
+    stored = pd.Categorical(np.asarray(values, dtype=object))
+    named = pd.Categorical(stored.map(vocabulary.status_word, na_action="ignore"))
+    extra = sorted(set(named.categories) - set(vocabulary.CHECKPOINT_STATUSES))
+    return named.set_categories([*vocabulary.CHECKPOINT_STATUSES, *extra])
 
 
 def nanos(values: Sequence[int | None]) -> np.ndarray[Any, Any]:

@@ -25,6 +25,7 @@ from durability.frames.columns import (
 from durability.model import FAILED, INTERRUPTED, STEP_NODE, STEP_RUN_END
 from durability.stores.base import Store
 from durability.stores.parks import pending_parks
+from durability.vocabulary import STATUS_WORDS
 
 if TYPE_CHECKING:
     pass
@@ -219,7 +220,6 @@ def _wire_row(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _health_rows(summaries: list[dict[str, Any]]) -> pd.DataFrame:
-    statuses = {"completed": "completed", "failed": "failed", "interrupted": "parked"}
     ended = [s.get("health") in ("completed", "failed") for s in summaries]
     last = [
         int(pd.Timestamp(s["last_created_at"]).value // 1000) if s.get("last_created_at") else None
@@ -233,7 +233,7 @@ def _health_rows(summaries: list[dict[str, Any]]) -> pd.DataFrame:
                 [str(s.get("agent_id") or s.get("chain_id") or "") for s in summaries]
             ),
             "status": pd.Categorical(
-                [statuses.get(s.get("health") or "", "stalled") for s in summaries],
+                [STATUS_WORDS.get(s.get("health") or "", "stalled") for s in summaries],
                 categories=RUN_STATUSES,
             ),
             "started_at": times([None] * len(summaries)),

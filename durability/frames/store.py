@@ -23,7 +23,6 @@ from durability.frames.columns import (
     OUTBOX_STATES,
     SPAN,
     booleans,
-    categories,
     collect,
     empty,
     in_order,
@@ -34,6 +33,7 @@ from durability.frames.columns import (
     nanos,
     nullable_ints,
     spans,
+    statuses,
     strings,
     times,
 )
@@ -71,7 +71,7 @@ def checkpoints(
             "node_id": strings(cols["node_id"]),
             "step": nullable_ints(cols["step"]),
             "step_type": strings(cols["step_type"]),
-            "status": categories(cols["status"]),
+            "status": statuses(cols["status"]),
             "created_at": times(cols["created_at"]),
             "size_bytes": ints(cols["size_bytes"]),
             "synced": booleans(cols["synced"]),
@@ -108,7 +108,7 @@ def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
                     for r, n in zip(cols["run_id"], cols["newest_run_id"], strict=True)
                 ]
             ),
-            "status": categories(cols["status"]),
+            "status": statuses(cols["status"]),
             "checkpoints": ints(cols["checkpoints"]),
             "size_bytes": ints(cols["size_bytes"]),
             "first_at": times(cols["first_at"]),
