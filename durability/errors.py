@@ -15,6 +15,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── StoreError
     │   ├── CheckpointNotFound (KeyError)
     │   ├── CheckpointConflict                 a checkpoint id already stored in the thread
+    │   ├── ThreadErased                       a write to a thread erased (tombstoned)
     │   ├── InvalidIdError (ValueError)        an id the store cannot hold (empty, NUL, too long)
     │   ├── CheckpointStoreFormatError         the store holds another format generation
     │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
@@ -85,6 +86,17 @@ class CheckpointNotFound(StoreError, KeyError):
 
 class CheckpointConflict(StoreError):
     """A checkpoint id is already stored in the thread; stores never overwrite silently."""
+
+
+class ThreadErased(StoreError):
+    """A write to a thread that was erased: its tombstone refuses every later put.
+
+    ``tombstone`` is the keyed hash the tombstone holds (never the thread id).
+    """
+
+    def __init__(self, message: str, tombstone: str = "") -> None:
+        super().__init__(message)
+        self.tombstone = tombstone
 
 
 class InvalidIdError(StoreError, ValueError):

@@ -14,6 +14,7 @@ or ``..`` in an execution id never changes the path).
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
@@ -246,6 +247,11 @@ class PlaneClient:
             "User-Agent": f"durability/{__version__}",
             PROTOCOL_HEADER: PROTOCOL,
         }
+
+    def holds_key(self, api_key: str) -> bool:
+        """Whether this client sends ``api_key`` (a constant-time comparison; the key is never
+        shown)."""
+        return hmac.compare_digest(self.__key.encode(), api_key.encode())
 
     def close(self) -> None:
         """Close the HTTP client this object made (an injected one is left to its owner)."""

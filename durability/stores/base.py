@@ -18,6 +18,8 @@ that is ``None`` when the store lacks it:
                     connection records
 ``store.scans``     :class:`~durability.stores.scans.Scans`: the analysis and sweep reads
                     (always present; generic defaults a backend overrides for speed)
+``store.tombstones``:class:`~durability.stores.tombstones.Tombstones`: erased threads, whose
+                    every later write the store refuses
 ==================  ========================================================================
 
 The methods callers used before the capabilities had their own objects (``store.park``,
@@ -65,6 +67,7 @@ from durability.stores.rows import (
     stored,
 )
 from durability.stores.scans import Scans
+from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
 FORMAT_GENERATION = 1
@@ -119,6 +122,8 @@ class Store(ABC):
     outbox: Outbox | None = None
     #: The analysis and sweep reads (generic unless the backend brings faster ones).
     scans: Scans
+    #: Erased threads' tombstones, or ``None`` when the store cannot keep them (read-only).
+    tombstones: Tombstones | None = None
 
     def __init__(
         self, *, url: str, settings: Settings | None = None, clock: Clock | None = None
@@ -405,6 +410,12 @@ class Store(ABC):
         self.ready()
         keys = list(dict.fromkeys(checkpoints))
         return self._delete(thread_id, keys) if keys else Deleted()
+
+    def refuse_erased(self, thread_id: str, action: str) -> None:
+        """Raise :class:`~durability.errors.ThreadErased` if the thread was erased (a read of
+        its tombstone; the checkpoint puts check theirs atomically in the backend instead)."""
+        if self.tombstones is not None:
+            self.tombstones.refuse(thread_id, action)
 
     # ------------------------------------------------------------------ write listeners
 

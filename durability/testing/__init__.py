@@ -21,12 +21,14 @@ several claimers are exercised. The checks are grouped by what they exercise:
 ``parks``     the park rules and one-winner claims
 ``outbox``    replication state and connection records
 ``processes`` several processes, and server connections dropped under the store
+``tombstones`` erased threads: every later write refused, on every handle
+
 ============  ===================================================================
 """
 
 from __future__ import annotations
 
-from durability.testing import core, ledger, outbox, parks, processes
+from durability.testing import core, ledger, outbox, parks, processes, tombstones
 from durability.testing.suite import (
     CHECKS,
     START,
@@ -45,7 +47,7 @@ CORE_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == core.__name__]
 #: The checks of each opt-in capability, by the attribute that holds it on a store.
 CAPABILITY_CHECKS: dict[str, list[Check]] = {
     module.__name__.rpartition(".")[2]: [c for c in CHECKS if c.__module__ == module.__name__]
-    for module in (ledger, parks, outbox)
+    for module in (ledger, parks, outbox, tombstones)
 }
 
 __all__ = [

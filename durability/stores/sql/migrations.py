@@ -26,6 +26,7 @@ from durability.stores.sql.schema import (
     parks,
     sweep_lock_table,
     threads,
+    tombstones,
     writes,
 )
 
@@ -148,6 +149,11 @@ def _sweep_lock(conn: SAConnection) -> None:
     create(conn, sweep_lock_table)
 
 
+def _tombstones(conn: SAConnection) -> None:
+    """Version 10: erased threads' tombstones, which every put checks (see ``Store.erase``)."""
+    create(conn, tombstones)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -159,6 +165,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread-first key indexes", _thread_first_keys),
     ("drain heartbeats", _drain_heartbeat),
     ("sweep lock", _sweep_lock),
+    ("tombstones", _tombstones),
 )
 
 

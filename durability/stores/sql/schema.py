@@ -137,6 +137,19 @@ sweep_lock_table = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
 )
 
+#: Erased threads, by the keyed hash of their id (no thread id: see ``stores/tombstones.py``).
+tombstones = sa.Table(
+    "durability_tombstones",
+    metadata,
+    sa.Column("ekey", KEY, primary_key=True),
+    sa.Column("erased_at", sa.BigInteger, nullable=False),
+    sa.Column("erased_by", sa.Text, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),
+)
+
+#: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).
+SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
+
 not_synced = sa.not_(checkpoints.c.synced)
 #: ``not_synced`` as driver SQL, by "is SQLite" (the outbox index's predicate, as rendered).
 NOT_SYNCED_SQL = {True: "synced = 0", False: "NOT synced"}

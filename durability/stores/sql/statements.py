@@ -29,6 +29,7 @@ from durability.stores.sql.schema import (
     parks,
     thread_key,
     threads,
+    tombstones,
     write_key,
     writes,
 )
@@ -57,8 +58,19 @@ class Statements:
         #: ``(tkey, namespace, checkpoint_id)`` is indexed (migration 5, SQLite only).
         self.id_indexed = dialect.name == "sqlite"
         names = ", ".join(quote(c) for c in self._INSERTED)
-        marks = ", ".join([mark] * len(self._INSERTED))
-        self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
+        if dialect.name == "postgresql":  # a SELECT list does not take the columns' types
+            marks = ", ".join(
+                f"{mark}::{checkpoints.c[c].type.compile(dialect)}" for c in self._INSERTED
+            )
+        else:
+            marks = ", ".join([mark] * len(self._INSERTED))
+        #: The erased-thread check rides the insert: no row comes back for a tombstoned thread
+        #: (one more index probe; an erase locks the table, so the check cannot race it).
+        self.tombstones = table(tombstones)
+        self.insert = (
+            f"INSERT INTO {self.table} ({names}) SELECT {marks} WHERE NOT EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM {self.tombstones} WHERE ekey = {mark}) RETURNING seq"
+        )
         self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
         self.get = (
             f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
@@ -170,8 +182,8 @@ class Statements:
         return sql
 
     @staticmethod
-    def insert_params(row: EncodedCheckpoint, synced: bool) -> tuple[Any, ...]:
-        """The parameters of :attr:`insert` for ``row``."""
+    def insert_params(row: EncodedCheckpoint, synced: bool, ekey: str) -> tuple[Any, ...]:
+        """The parameters of :attr:`insert` for ``row``; ``ekey`` is its thread's tombstone hash."""
         values = list(row.values())
         values[_CREATED_AT] = to_micros(row.created_at)
         return (
@@ -180,6 +192,7 @@ class Statements:
             checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
             synced,
             0,
+            ekey,
         )
 
 
