@@ -34,6 +34,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── ReplicationError                       talking to the control plane
     │   └── PlaneRoutingError (+RestoreError)  a thread's path did not reach the plane's handler
     ├── RestoreError
+    ├── CopyRefused                            a copy that would mix other checkpoints into a thread
     ├── RunError                               the durable runner refused or failed an operation
     │   └── RunNotResumable                    a completed run, or nothing to resume from
     │       └── AlreadyResumed                 another worker resumed the run first
@@ -180,6 +181,11 @@ class ReplicationError(DurabilityError):
 
 class RestoreError(DurabilityError):
     """A restore from the plane was refused or failed."""
+
+
+class CopyRefused(DurabilityError):
+    """A copy refused before writing anything (a destination thread holding other checkpoints,
+    a destination that is not a durability store)."""
 
 
 class PlaneRoutingError(ReplicationError, RestoreError):
