@@ -22,13 +22,14 @@ several claimers are exercised. The checks are grouped by what they exercise:
 ``outbox``    replication state and connection records
 ``processes`` several processes, and server connections dropped under the store
 ``tombstones`` erased threads: every later write refused, on every handle
-
+``encryption`` sealed state: round-trip, row binding, fail-closed reads, rotation
+              (needs the ``crypto`` extra)
 ============  ===================================================================
 """
 
 from __future__ import annotations
 
-from durability.testing import core, ledger, outbox, parks, processes, tombstones
+from durability.testing import core, encryption, ledger, outbox, parks, processes, tombstones
 from durability.testing.suite import (
     CHECKS,
     START,
@@ -50,10 +51,14 @@ CAPABILITY_CHECKS: dict[str, list[Check]] = {
     for module in (ledger, parks, outbox, tombstones)
 }
 
+#: The checks of customer-held encryption (a store opened with ``keyring=``).
+ENCRYPTION_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == encryption.__name__]
+
 __all__ = [
     "CAPABILITY_CHECKS",
     "CHECKS",
     "CORE_CHECKS",
+    "ENCRYPTION_CHECKS",
     "HOSTILE_IDS",
     "START",
     "Check",
