@@ -33,7 +33,9 @@ class ArchiveStore(MemoryStore):
     def __init__(self, url: str, **kwargs: Any) -> None:
         super().__init__("memory://", **kwargs)
         self.url = url
-        self.directory = Path(url.partition("://")[2] or ".")
+        # As sqlite:///: archive:///relative/dir and archive:////absolute/dir.
+        rest = url.partition("://")[2]
+        self.directory = Path(rest[1:] if rest.startswith("/") else rest or ".")
         self.ledger = ArchiveLedger(self)
         self.tombstones = None
         self._loaded = False
