@@ -316,6 +316,12 @@ class MemoryTombstones(Tombstones):
         with self.store._data.lock:
             return self.store._data.tombstones.pop(digest, None) is not None
 
+    def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
+        with self.store._data.lock:
+            stone = self.store._data.tombstones.get(digest)
+            if stone is not None:
+                self.store._data.tombstones[digest] = replace(stone, receipt=receipt)
+
     def _count(self) -> int:
         return len(self.store._data.tombstones)
 

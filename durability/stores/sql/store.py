@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from durability._util import chunks
 from durability.clock import to_micros
 from durability.errors import CheckpointConflict, StoreError, StoreUnavailable
-from durability.model import Deleted, ThreadRecord
+from durability.model import Deleted, ThreadRecord, Tombstone
 from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
@@ -462,6 +462,20 @@ class SQLStore(Store):
                     )
                 ).rowcount
         return Deleted(checkpoints=removed, writes=removed_writes)
+
+    @reconnecting
+    def _erase(self, thread_id: str, stone: Tombstone) -> tuple[Tombstone, Deleted]:
+        with self.db.write("erase a thread") as conn:
+            if self.provider == "postgres":
+                # Puts in flight finish first (and are erased here); a put that starts later
+                # waits for this commit, then its statement sees the tombstone. SQLite's
+                # writers queue on the database lock already.
+                conn.exec_driver_sql(
+                    f"LOCK TABLE {self.sql.table}, {self.sql.writes_table} "
+                    "IN SHARE ROW EXCLUSIVE MODE"
+                )
+            stored = self.tombstones.bury_in(conn, stone)
+            return stored, self.delete_thread_in(conn, thread_id)
 
     @staticmethod
     def delete_thread_in(conn: SAConnection, thread_id: str) -> Deleted:
