@@ -201,6 +201,20 @@ else:
     print("no plane_url: set it (and the key's environment variable) to compare with the plane")
 """),
     md("""
+## Encryption coverage
+
+A store opened with a keyring (`DURABILITY_ENCRYPTION_KEYS`) seals every checkpoint's state
+(see the encryption guide). This view reads only the envelopes' clear headers, so it needs no
+key: rows and bytes per key id, each *current*, *older* (retired: `durability store reencrypt`
+moves them), *missing* from the keyring, or *clear*.
+"""),
+    code("""
+coverage = frames.encryption(store)
+print(f"{coverage.attrs['percent_encrypted']:.1f} % of rows encrypted; {coverage.attrs['clear_rows']} in clear, {coverage.attrs['retired_rows']} under retired or missing keys")
+display(coverage)
+plots.encryption(coverage)
+"""),
+    md("""
 ## One thread, step by step
 
 Pick a thread to see its checkpoints in write order and the state each step saved.

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import os
+import struct
 import zlib
 
 import orjson
@@ -42,6 +44,7 @@ COMPRESS_FROM = 256
 _INFO = b"durability/thread-key/1\x00"
 _CACHE_LIMIT = 4096
 _B64 = base64.b64encode
+_LENGTHS = struct.Struct(">IIII").pack
 
 
 def hkdf_sha256(key: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
@@ -50,27 +53,23 @@ def hkdf_sha256(key: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes
     return hmac.digest(prk, info + b"\x01", "sha256")[:length]
 
 
-def _lp(part: str) -> bytes:
-    data = part.encode("utf-8", "surrogatepass")
-    return len(data).to_bytes(4, "big") + data
+@functools.lru_cache(maxsize=256)
+def _header(key_id: str, compression: str) -> bytes:
+    parts = [p.encode() for p in (str(ENVELOPE_VERSION), SCHEME, key_id, compression)]
+    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
 
 
 def associated_data(
     key_id: str, compression: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
 ) -> bytes:
-    """What binds a ciphertext to its header and its row: every part length-prefixed."""
+    """What binds a ciphertext to its header and its row: the envelope version, scheme, key id
+    and compression, then the four lengths of thread, namespace, checkpoint id and field, then
+    those texts (so no two rows' associated data can be the same bytes)."""
+    t, n, c, f = (
+        x.encode("utf-8", "surrogatepass") for x in (thread_id, namespace, checkpoint_id, field)
+    )
     return b"".join(
-        _lp(p)
-        for p in (
-            str(ENVELOPE_VERSION),
-            SCHEME,
-            key_id,
-            compression,
-            thread_id,
-            namespace,
-            checkpoint_id,
-            field,
-        )
+        (_header(key_id, compression), _LENGTHS(len(t), len(n), len(c), len(f)), t, n, c, f)
     )
 
 

@@ -332,6 +332,7 @@ class SQLStore(Store):
         statement = (
             checkpoints.update()
             .where(
+                checkpoints.c.tkey == sa.bindparam("tk"),
                 checkpoints.c.ckey == sa.bindparam("k"),
                 checkpoints.c.thread_id == sa.bindparam("t"),
                 checkpoints.c.state == sa.bindparam("old"),
@@ -342,6 +343,7 @@ class SQLStore(Store):
         )
         params = [
             {
+                "tk": thread_key(c.thread_id),
                 "k": checkpoint_key(c.thread_id, c.namespace, c.checkpoint_id),
                 "t": c.thread_id,
                 "old": c.old,
