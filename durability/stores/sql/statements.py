@@ -40,7 +40,7 @@ _CREATED_AT = STORED_FIELDS.index("created_at")
 class Statements:
     """The put and read statements of one store, built once (and per query shape, cached)."""
 
-    _INSERTED = (*STORED_FIELDS, "tkey", "ckey", "synced", "attempts")
+    _INSERTED = (*STORED_FIELDS, "tkey", "ckey")
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
         quote = dialect.identifier_preparer.quote
@@ -72,6 +72,8 @@ class Statements:
             f"(SELECT 1 FROM {self.tombstones} WHERE ekey = {mark}) RETURNING seq"
         )
         self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
+        #: :attr:`columns` of the checkpoints table aliased ``c`` in a join.
+        self.qualified_columns = ", ".join("c." + quote(c) for c in (*STORED_FIELDS, "seq"))
         self.get = (
             f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
@@ -182,7 +184,7 @@ class Statements:
         return sql
 
     @staticmethod
-    def insert_params(row: EncodedCheckpoint, synced: bool, ekey: str) -> tuple[Any, ...]:
+    def insert_params(row: EncodedCheckpoint, ekey: str) -> tuple[Any, ...]:
         """The parameters of :attr:`insert` for ``row``; ``ekey`` is its thread's tombstone hash."""
         values = list(row.values())
         values[_CREATED_AT] = to_micros(row.created_at)
@@ -190,8 +192,6 @@ class Statements:
             *values,
             thread_key(row.thread_id),
             checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
-            synced,
-            0,
             ekey,
         )
 
@@ -202,14 +202,12 @@ def get_params(thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str,
     return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
 
 
-def row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
+def row_values(row: EncodedCheckpoint) -> dict[str, Any]:
     """``row`` as the checkpoints table's column values (for a many-row insert)."""
     values: dict[str, Any] = dict(zip(STORED_FIELDS, row.values(), strict=True))
     values["created_at"] = to_micros(row.created_at)
     values["tkey"] = thread_key(row.thread_id)
     values["ckey"] = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
-    values["synced"] = synced
-    values["attempts"] = 0
     return values
 
 

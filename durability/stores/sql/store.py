@@ -43,7 +43,9 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_table,
     parks,
+    synced_table,
     thread_key,
     threads,
     time_of,
@@ -168,7 +170,16 @@ class SQLStore(Store):
 
     def _wipe(self) -> None:
         with self.db.write("reset the store") as conn:
-            for table in (checkpoints, writes, threads, parks, connections, tombstones):
+            for table in (
+                outbox_table,
+                synced_table,
+                checkpoints,
+                writes,
+                threads,
+                parks,
+                connections,
+                tombstones,
+            ):
                 conn.execute(table.delete())
             # The erasure secret stays: other handles on the store hold it already.
             conn.execute(meta_table.delete().where(meta_table.c.key != SECRET_KEY))
@@ -188,9 +199,10 @@ class SQLStore(Store):
     def _insert_once(
         self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
     ) -> list[int]:
-        if len(rows) == 1 and not retry:  # the hot path: one INSERT … RETURNING, autocommitted
+        if len(rows) == 1 and not (retry or synced):
+            # The hot path: one INSERT … RETURNING, autocommitted (its trigger queues the row).
             first = rows[0]
-            params = self.sql.insert_params(first, synced, self.tombstones.hash_of(first.thread_id))
+            params = self.sql.insert_params(first, self.tombstones.hash_of(first.thread_id))
             try:
                 found = self.db.execute("put a checkpoint", self.sql.insert, params)
             except StoreError as exc:
@@ -203,8 +215,7 @@ class SQLStore(Store):
             if not found:
                 raise self.tombstones.refusal(first.thread_id, "put a checkpoint")
             return [int(found[0][0])]
-        transaction = self.db.one if len(rows) == 1 else self.db.write
-        with transaction("put checkpoints") as conn:
+        with self.db.write("put checkpoints") as conn:
             return self.insert_rows(conn, rows, synced, retry=retry)
 
     def insert_rows(
@@ -215,7 +226,11 @@ class SQLStore(Store):
         *,
         retry: bool = False,
     ) -> list[int]:
-        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs."""
+        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs.
+
+        The outbox trigger queues every row; ``synced`` rows (the plane has them) leave it again
+        in the same transaction.
+        """
         if retry:
             found = [self._stored_copy(conn, r) for r in rows]
             if all(s is not None for s in found):
@@ -224,17 +239,17 @@ class SQLStore(Store):
             if len(rows) == 1:
                 first = rows[0]
                 ekey = self.tombstones.hash_of(first.thread_id)
-                params = self.sql.insert_params(first, synced, ekey)
+                params = self.sql.insert_params(first, ekey)
                 seq = conn.exec_driver_sql(self.sql.insert, params).scalar()
                 if seq is None:
                     raise self.tombstones.refusal(first.thread_id, "put a checkpoint")
-                return [int(seq)]
-            values = [row_values(r, synced) for r in rows]
-            seqs = [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
-            # Checked after the insert, in its transaction: the insert holds the table lock an
-            # erase takes, so a tombstone this misses had committed before it (and is seen here).
-            self.tombstones.refuse_any(conn, [r.thread_id for r in rows], "put checkpoints")
-            return seqs
+                seqs = [int(seq)]
+            else:
+                values = [row_values(r) for r in rows]
+                seqs = [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
+                # Checked after the insert, in its transaction: the insert holds the table lock
+                # an erase takes, so a tombstone this misses had committed before it (and is seen).
+                self.tombstones.refuse_any(conn, [r.thread_id for r in rows], "put checkpoints")
         except sa_exc.IntegrityError as exc:
             # The unique hash of (thread, namespace, id): stores never overwrite a checkpoint.
             first = rows[0]
@@ -244,6 +259,10 @@ class SQLStore(Store):
                     f"one of {len(rows)} checkpoints was refused, nothing was written: " + message
                 )
             raise CheckpointConflict(message) from exc
+        if synced:
+            for chunk in chunks(seqs):
+                conn.execute(outbox_table.delete().where(outbox_table.c.seq.in_(chunk)))
+        return seqs
 
     def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
         """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
