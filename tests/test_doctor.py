@@ -87,6 +87,10 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
     store.put(Checkpoint(thread_id="f"))
     store.mark_finished("f")
     expected.add(("finished_past_due", "f"))
+    if store.tombstones is not None:
+        store.put(Checkpoint(thread_id="erased"))
+        store.tombstones.bury("erased")  # a tombstone, and the rows still there
+        expected.add(("erased_thread_holds_rows", "erased"))
     if store.capabilities.can_park:
         _cp, _ = store.park(Checkpoint(thread_id="k", run_id="r2"), deadline=T0 + timedelta(days=1))
         expected.add(("park_past_deadline", "k"))
