@@ -409,7 +409,8 @@ class RestorePanel:
     that plan (:func:`durability.restore.apply_restore`; ``.overwrite`` replaces a local copy);
     ``.resume_button`` resumes the run with ``.resume_value`` (JSON; empty: no value) through
     the runner (``runner=``: a :class:`~durability.runs.Runner` or ``module:attr``, else the
-    ``.runner`` text). ``connection`` is the plane connection (default: the store's active
+    ``.runner`` text); a run that completed is never resumed: Resume says so and
+    ``.fork_button`` branches a new thread from its last step instead. ``connection`` is the plane connection (default: the store's active
     one). Refusals show in ``.status``. Attributes: ``plan``, ``plan_frame``, ``result``
     (the :class:`~durability.restore.RestoreResult`), ``run_result``.
     """
@@ -447,6 +448,7 @@ class RestorePanel:
         self.resume_value = w.Textarea(description="value", placeholder='{"approved": true}')
         self.resume_value.add_class("durability-restore-value")
         self.resume_button = _button("Resume", "durability-restore-resume", button_style="success")
+        self.fork_button = _button("Fork", "durability-restore-fork")
         self.status = w.HTML()
         self.status.add_class("durability-restore-status")
         self.plan: RestorePlan | None = None
@@ -456,6 +458,7 @@ class RestorePanel:
         self.plan_button.on_click(lambda _: _guarded(self.status, self.make_plan))
         self.restore_button.on_click(lambda _: _guarded(self.status, self.apply))
         self.resume_button.on_click(lambda _: _guarded(self.status, self.resume))
+        self.fork_button.on_click(lambda _: _guarded(self.status, self.fork))
         self.thread_id.observe(lambda _: self._thread_changed(), names="value")
         self.widget = w.VBox(
             [
@@ -463,7 +466,7 @@ class RestorePanel:
                 w.HBox([self.thread_id, self.plan_button]),
                 self.plan_table,
                 w.HBox([self.restore_button, self.overwrite]),
-                w.HBox([self.runner, self.resume_value, self.resume_button]),
+                w.HBox([self.runner, self.resume_value, self.resume_button, self.fork_button]),
                 self.status,
             ]
         )
@@ -520,17 +523,40 @@ class RestorePanel:
         )
 
     def resume(self) -> None:
-        """Resume the thread's run with the JSON value (none when the text is empty)."""
+        """Resume the thread's run with the JSON value (none when the text is empty); a run
+        that completed is not resumed: the status says so and offers Fork."""
+        thread_id = self.thread_id.value.strip()
+        latest = self.store.latest(thread_id) if thread_id else None
+        if latest is not None and latest.is_run_end and latest.status == "completed":
+            self.status.value = _message(
+                f"not resumed: the run {latest.run_id} on {thread_id!r} completed, and a "
+                "completed run is never resumed; press Fork to run it again on a new thread "
+                "from its last step"
+            )
+            return
         text = self.resume_value.value.strip()
         value = NO_VALUE if not text else json.loads(text)
-        runner = self._runner or load_runner(self.runner.value.strip())
-        self.run_result = runner.resume(
-            self.store, self.thread_id.value.strip(), value, connection=self.connection
+        self.run_result = self._load_runner().resume(
+            self.store, thread_id, value, connection=self.connection
         )
         self.status.value = _message(
             f"run {self.run_result.run_id} on {self.run_result.thread_id!r}: "
             f"{self.run_result.status}"
         )
+
+    def fork(self) -> None:
+        """Branch a new thread from the thread's last step and run it on from there."""
+        thread_id = self.thread_id.value.strip()
+        self.run_result = self._load_runner().fork(
+            self.store, thread_id, connection=self.connection
+        )
+        self.status.value = _message(
+            f"forked {thread_id!r} into {self.run_result.thread_id!r}: run "
+            f"{self.run_result.run_id} {self.run_result.status}"
+        )
+
+    def _load_runner(self) -> Runner:
+        return self._runner or load_runner(self.runner.value.strip())
 
 
 __all__ = ["OutboxMonitor", "RestorePanel", "RetentionPlanner", "StoreExplorer"]

@@ -49,13 +49,6 @@ store = durability.open(store_url)
 print(f"store: {store!r}")
 """
 
-# A restored park needs a store that can hold one: on SQLite, the promise that the worker
-# resuming it runs on this host (single_worker=True).
-RESTORE_SETUP = SETUP.replace(
-    "store = durability.open(store_url)",
-    'store = durability.open(store_url, **({"single_worker": True} if store_url.startswith("sqlite") else {}))',
-)
-
 EXPLORE: list[Cell] = [
     md("""
 # Explore a checkpoint store
@@ -431,26 +424,53 @@ failed run resumes from its last real step, a parked run gets its park back (wit
 its ask declared) and waits for its answer. This notebook lists **what the plane holds that the
 store does not**, shows the **restore plan** (a dry run: what would be written) before anything
 is written, applies it, and resumes the run. The plane serves; the library executes.
+
+Run it as often as you like: by default each run restores into **a copy of the store made for
+it** (`copy_store`), so the store and the plane are as they were for the next run.
 """),
     parameters("""
 store_url = "sqlite:///../durability-out/edge.db"  # the store to restore into (the lost store's replacement); a foreign store (fastaiagent+…, langgraph+…) is read-only and cannot be a restore target
+copy_store = True  # restore into a copy of store_url made for this run (a SQLite file in copies_dir), so the notebook can run again; the copy is not connected, so nothing it resumes is sent to the plane. False (or a Postgres or Redis store): restore into store_url itself, connected, as the replacement worker does
+copies_dir = "../durability-out/restore-copies"  # where each run's copy of the store is made
 plane_url = None  # the plane, e.g. "http://127.0.0.1:8700"; None: explain how to start one and skip the restore
 api_key_env = "DURABILITY_EDGE_PLANE_API_KEY"  # the environment variable holding the plane's API key
 output_dir = "../durability-out/charts"  # where the charts are saved as PNG
-thread_id = None  # the thread to restore; None: the first parked run the store lacks
+thread_id = None  # the thread to restore; None: the first lost run that can be resumed (parked, then failed), else the first lost one
 runner = "durability.demo:publish"  # MODULE:ATTR of the runner that resumes it
 resume_value = {"approved": True}  # the answer a parked run is resumed with
 """),
-    code(RESTORE_SETUP),
+    code("""
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+import durability
+from durability import bundle, frames, plots, restore
+
+charts = Path(output_dir)
+charts.mkdir(parents=True, exist_ok=True)
+single = {"single_worker": True} if store_url.startswith("sqlite") else {}
+replacement = durability.open(store_url, **single)  # the replacement worker's store: connected below
+if copy_store and restore.sqlite_path(store_url) is not None:
+    store = durability.open(restore.copy_store(store_url, Path(copies_dir)), **single)
+    print(f"restoring into a copy made for this run: {store!r} ({store_url} stays as it is)")
+else:
+    store = replacement
+    if copy_store:
+        print(f"copy_store: {replacement!r} is not a SQLite file, so this run restores into it directly")
+    print(f"restoring into {store!r}: what it resumes is replicated, and is not resumed again by a next run")
+"""),
     code("""
 import os
 
-from durability import replication, restore
+from durability import replication
 from durability.runs import NO_VALUE, load_runner
 
 connection = None
 if plane_url:
-    connection = replication.connect(store, plane_url, os.environ[api_key_env])
+    # Connecting again (this cell run twice) returns this process's open connection.
+    connection = replication.connect(replacement, plane_url, os.environ[api_key_env])
     print(connection)
 else:
     print(
@@ -466,19 +486,19 @@ print(f"this store holds {len(list(store.iter_threads()))} threads")
 ## What the plane has that this store lacks
 
 The plane's run health for this project, next to the threads the store holds. Runs on threads
-the store has no record of are the ones the lost machine took with it.
+the store has no record of are the ones the lost machine took with it; those a runner can
+continue (`resumable`: parked, failed or stalled) come first.
 """),
     code("""
 if connection is None:
     print("skipped: no plane (see above)")
 else:
     plane_runs = frames.plane_runs(connection)
-    local_threads = set(frames.threads(store).thread_id)
-    missing = plane_runs[~plane_runs.thread_id.isin(local_threads)]
-    print(f"the plane holds {plane_runs.thread_id.nunique()} threads; {missing.thread_id.nunique()} are missing from this store")
+    lost = restore.lost_threads(plane_runs, store)
+    print(f"the plane holds {plane_runs.thread_id.nunique()} threads; {len(lost)} are missing from this store, {int(lost.resumable.sum())} of them resumable")
     project = connection.plane_identity.get("project_id") or "?"
     bundle.chart(plots.run_health(plane_runs, source=f"plane, project {project}"), "plane_run_health", charts)
-    display(missing[["thread_id", "run_id", "runner", "status", "reason", "steps", "ended_at"]])
+    display(lost[["thread_id", "run_id", "runner", "status", "resumable", "reason", "steps", "ended_at"]])
 """),
     md("""
 ## The restore plan (nothing written yet)
@@ -492,10 +512,10 @@ not carry deadlines.
     code("""
 if connection is None:
     print("skipped: no plane (see above)")
+elif thread_id is None and lost.empty:
+    print("nothing to restore: this store holds every thread the plane has")
 else:
-    if thread_id is None:
-        waiting = missing[missing.status.astype(str).isin(["parked", "interrupted", "last step done"])]
-        thread_id = (waiting if len(waiting) else missing).thread_id.iloc[0]
+    thread_id = thread_id or lost.thread_id.iloc[0]
     plan = restore.plan_restore(store, thread_id, connection)
     print(f"restore {thread_id}: {len(plan.checkpoints)} checkpoints from the plane's {plan.source}; park: {plan.park is not None}; refusal: {plan.refusal}")
     display(plan.to_frame())
@@ -505,11 +525,15 @@ else:
 
 Applying writes exactly the plan, holding the thread's lease; the restored rows are marked as
 already replicated, so they are never sent back to the plane. Then the runner continues the
-run: a parked run with its answer, a failed one from its last real step.
+run: a parked run with its answer, a failed one from its last real step. A run that completed
+is never resumed: it is left as restored, and forking it (a new thread from its last step) is
+the way to run it again.
 """),
     code("""
 if connection is None:
     print("skipped: no plane (see above)")
+elif thread_id is None:
+    print("nothing restored (see above)")
 else:
     if plan.refusal is None:
         result = restore.apply_restore(store, plan)
@@ -518,17 +542,25 @@ else:
         print(f"not restored: {plan.refusal}")
     run = load_runner(runner)
     latest = store.latest(thread_id)
-    answer = resume_value if latest is not None and latest.status == "interrupted" else NO_VALUE
-    resumed = run.resume(store, thread_id, answer)
-    print(f"resumed {thread_id}: {resumed.status} at {resumed.last_step}")
+    if latest is not None and latest.is_run_end and latest.status == "completed":
+        print(
+            f"not resumed: the run {latest.run_id} on {thread_id} completed, and a completed run is "
+            f"never resumed; to run it again from its last step, fork it: run.fork(store, {thread_id!r}) "
+            "(or Fork in the panel below)"
+        )
+    else:
+        answer = resume_value if latest is not None and latest.status == "interrupted" else NO_VALUE
+        resumed = run.resume(store, thread_id, answer)
+        print(f"resumed {thread_id}: {resumed.status} at {resumed.last_step}")
     display(frames.checkpoints(store, thread_id=thread_id)[["seq", "run_id", "node_id", "step_type", "status", "created_at", "synced"]])
 """),
     md("""
 ## Restore another one from here
 
 The panel does the same for any thread id: **Plan** shows the dry run, **Restore** applies it,
-**Resume** continues the run with the value given. It opens on the next thread the store
-lacks, with its plan already made: press **Restore** to write it.
+**Resume** continues the run with the value given, **Fork** runs a completed one again on a new
+thread. It opens on the next thread the store lacks (a resumable one first), with its plan
+already made: press **Restore** to write it, then **Resume**.
 """),
     code("""
 import json
@@ -540,10 +572,9 @@ if connection is None:
 else:
     panel = RestorePanel(store, connection, runner=runner)
     panel.resume_value.value = json.dumps(resume_value)
-    others = [t for t in missing.thread_id.unique() if t != thread_id]
+    others = [t for t in lost.thread_id if t != thread_id]
     if others:  # the next lost thread, planned already: press Restore to apply the plan
         panel.thread_id.value = others[0]
-        panel.make_plan()
     display(panel.widget)
 """),
 ]

@@ -2,9 +2,10 @@
 
 ``durability lab`` serves JupyterLab on loopback over a demo fleet built in a temp folder (its
 plane served by the lab command, as for a user); Debian's ``chromium`` opens each notebook,
-runs all cells, and the test checks what a user would see: every cell ran without an error,
-moving the retention slider changes the planner's summary, pressing Restore in the restore
-panel applies the plan, and the browser logged no console error. A screenshot per notebook is
+runs all cells twice in the same kernel, and the test checks what a user would see: every cell
+ran without an error both times, moving the retention slider changes the planner's summary,
+pressing Restore then Resume in the restore panel applies the plan and completes the run, and
+the browser logged no console error. A screenshot per notebook is
 saved under ``test-artifacts/`` (git-ignored). In CI (``CI=true``) a missing browser fails the
 test; elsewhere it skips with the reason.
 """
@@ -29,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from durability.demo import build_fleet
+from durability.demo import build_fleet, run_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -78,8 +79,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     del browser
     base = tmp_path_factory.mktemp("lab")
     out = base / "out"
-    with build_fleet(out):
-        pass  # the fleet's plane stops here; the lab command serves it again from plane.db
+    with build_fleet(out) as fleet:  # what `durability demo` does, restore_runs included
+        run_notebooks(fleet, names=("restore_runs.ipynb",))
+    # the fleet's plane stops here; the lab command serves it again from plane.db
     settings = base / "settings"
     notification = settings / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)
@@ -206,7 +208,8 @@ class Opened:
 
 
 def _open_and_run_all(browser: Any, lab: Lab, name: str) -> Opened:
-    """Open a notebook, wait for its kernel, run all cells and wait until every cell has run."""
+    """Open a notebook, wait for its kernel, run all cells and wait until every cell has run;
+    then run them all again in the same kernel, as a user who presses Run All twice."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page = browser.new_page()
@@ -226,20 +229,32 @@ def _open_and_run_all(browser: Any, lab: Lab, name: str) -> Opened:
     with contextlib.suppress(PlaywrightTimeout):
         page.click(".jp-Dialog .jp-mod-accept", timeout=5_000)
     page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=60_000)
+    first = _run_all(page, name, after=0)
+    _run_all(page, name, after=first)
+    return Opened(page, errors)
+
+
+def _run_all(page: Any, name: str, *, after: int) -> int:
+    """Run All Cells; wait until every code cell shows an execution count above ``after``
+    ("[*]:" while queued or running); assert no cell failed; the highest count."""
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-    # Every code cell shows "[n]:" once it ran ("[*]:" while queued or running).
     page.wait_for_function(
-        """() => {
+        """after => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+            return prompts.length > 0 && prompts.every(p => {
+                const n = /\\[(\\d+)\\]/.exec(p.textContent);
+                return n !== null && Number(n[1]) > after;
+            });
         }""",
+        arg=after,
         timeout=120_000,
     )
     failed = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in failed.all_inner_texts() if "Traceback" in t or "Error" in t]
     assert tracebacks == [], f"{name}: a cell failed:\n{tracebacks[0][:2000]}"
-    return Opened(page, errors)
+    counts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+    return max(int(m.group(1)) for t in counts if (m := re.search(r"\[(\d+)\]", t)))
 
 
 def _screenshot(page: Any, name: str) -> None:
@@ -292,18 +307,28 @@ def test_moving_the_retention_slider_changes_the_summary(browser: Any, lab: Lab)
     assert opened.errors == []
 
 
-def test_pressing_restore_applies_the_plan(browser: Any, lab: Lab) -> None:
-    """The restore panel, prefilled with a thread the store lacks: Restore writes the plan."""
+def test_pressing_restore_then_resume_on_the_second_run(browser: Any, lab: Lab) -> None:
+    """restore_runs.ipynb run twice in one kernel (after the demo ran it once headless): the
+    second run ends at the restore panel, prefilled with a lost parked run; Restore writes the
+    plan and Resume completes the run."""
     opened = _open_and_run_all(browser, lab, "restore_runs.ipynb")
     page = opened.page
+    page.wait_for_selector(".jp-OutputArea-output:has-text('resumed ')")
     status = page.locator(".durability-restore-status").first
     status.wait_for()
-    button = page.locator(".durability-restore").get_by_role("button", name="Restore", exact=True)
+    panel = page.locator(".durability-restore")
+    button = panel.get_by_role("button", name="Restore", exact=True)
     button.wait_for(timeout=60_000)
     button.scroll_into_view_if_needed()
     button.click()
     page.wait_for_function(
         "sel => /restored/i.test(document.querySelector(sel).innerText)",
+        arg=".durability-restore-status",
+        timeout=30_000,
+    )
+    panel.get_by_role("button", name="Resume", exact=True).click()
+    page.wait_for_function(
+        "sel => /: completed/.test(document.querySelector(sel).innerText)",
         arg=".durability-restore-status",
         timeout=30_000,
     )

@@ -93,7 +93,7 @@ def test_fleet_replicates_quarantines_and_restores(tmp_path: Path) -> None:
     assert [(r.thread_id, r.status) for r in edge_runs] == [
         (fleet.restored_thread, "completed")
     ] * len(edge_runs)
-    assert len(fleet.lost_threads) == 3
+    assert len(fleet.lost_threads) == 4
     assert set(fleet.lost_threads) | {fleet.restored_thread} <= on_plane
     assert manifest["lost_threads"] == fleet.lost_threads
     assert "key" not in json.dumps(manifest).replace("key_env", "")
@@ -108,7 +108,7 @@ def test_demo_command_reports_runs(tmp_path: Path) -> None:
     assert set(data["runs"]) == {"completed", "failed", "parked"}
     assert data["outbox"]["quarantined"] == 3 * len(INGESTS)
     assert data["outbox"]["pending"] > 0
-    assert len(data["lost_threads"]) == 3
+    assert len(data["lost_threads"]) == 4
     assert data["notebooks"] == []
 
 

@@ -237,26 +237,47 @@ def test_every_notebook_runs_on_every_provider(fleet: Fleet, tmp_path: Path) -> 
     assert "would lose " in text
     assert _pngs(retention) >= 3, "retention curve, idle gaps, sweep timeline"
 
+    copies = tmp_path / "copies"
+    resumed = [_restore_run(fleet, tmp_path, copies) for _ in range(2)]
+    assert all(thread in fleet.lost for thread in resumed)
+    if fleet.edge_url.startswith("sqlite"):
+        # Each run restored into its own copy: the same parked run both times, the store as it was.
+        assert resumed[0] == resumed[1]
+        urls = [f"sqlite:///{path}" for path in sorted(copies.glob("*.db"))]
+        assert len(urls) == 2
+        with durability.open(fleet.edge_url) as store:
+            assert not store.has_thread(resumed[0])
+    else:  # restored into the store itself: the second run resumed the other parked run
+        assert resumed[0] != resumed[1]
+        urls = [fleet.edge_url, fleet.edge_url]
+    for url, thread in zip(urls, resumed, strict=True):
+        with durability.open(url) as store:
+            latest = store.latest(thread)
+        assert latest is not None
+        assert (latest.step_type, latest.status) == ("run_end", "completed")
+    charts = ("run_health", "backlog", "outage_backlog", "retention_curve", "idle_gaps")
+    for name in (*charts, "sweep_timeline", "plane_run_health"):
+        assert (tmp_path / "charts" / f"{name}.png").stat().st_size > 1000, name
+
+
+def _restore_run(fleet: Fleet, tmp_path: Path, copies: Path) -> str:
+    """restore_runs.ipynb once; the thread it restored and resumed (the panel opens on another)."""
     restored = _run(
         "restore_runs.ipynb",
         fleet,
         tmp_path,
         store_url=fleet.edge_url,
+        copies_dir=str(copies),
         plane_url=fleet.plane_url,
         api_key_env=KEY_ENV["edge"],
     )
     text = _text(restored)
     match = re.search(r"resumed (\S+): completed", text)
     assert match, text[-2000:]
-    assert match.group(1) in fleet.lost
-    with durability.open(fleet.edge_url) as store:
-        latest = store.latest(match.group(1))
-    assert latest is not None
-    assert latest.step_type == "run_end"
-    assert latest.status == "completed"
-    charts = ("run_health", "backlog", "outage_backlog", "retention_curve", "idle_gaps")
-    for name in (*charts, "sweep_timeline", "plane_run_health"):
-        assert (tmp_path / "charts" / f"{name}.png").stat().st_size > 1000, name
+    states = restored.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    values = [str(m["state"].get("value", "")) for m in states.values()]
+    assert any("would restore " in v for v in values), "the panel opens on a planned restore"
+    return match.group(1)
 
 
 @pytest.mark.slow

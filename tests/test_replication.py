@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import durability
-from durability import Checkpoint
+from durability import Checkpoint, replication
 from durability.errors import CodecError, ReplicationError
 from durability.plane import serve_in_thread
 from durability.replication import (
@@ -215,8 +215,10 @@ def test_one_connection_per_project_each_draining_only_its_rows(
         store.put(cp(f"t-{project}", 0, project_id=project))
     link(store, plane, key=key_a, project_id="p-a")
     link(store, plane, key=key_b, project_id="p-b")
-    with pytest.raises(ReplicationError, match="already has a connection"):
-        link(store, plane, key=key_a, project_id="p-a")
+    with pytest.raises(
+        ReplicationError, match="already has a connection for it with another API key"
+    ):
+        link(store, plane, key=key_b, project_id="p-a")
     wait_for(
         lambda: (
             states(store, project_id="p-a") == ["synced"]
@@ -233,6 +235,27 @@ def test_one_connection_per_project_each_draining_only_its_rows(
     assert status["p-a"].synced == 1
     assert status["p-a"].connected_to == plane.url
     assert states(store, project_id="p-none") == ["pending"]
+
+
+def test_connecting_twice_reuses_the_connection(rtarget: StoreTarget, plane: PlaneHandle) -> None:
+    """A second connect of the same database and project to the same plane with the same key
+    (a notebook run again, opening its store anew) returns the open connection, which then
+    drains the rows written through the new store object; another plane is refused."""
+    with rtarget.open() as first, rtarget.open() as second:
+        try:
+            conn = link(first, plane)
+            again = link(second, plane)
+            assert again is conn
+            assert conn.store is second
+            assert len(replication.active_connections()) == 1
+            second.put(cp("t-again", 0))
+            wait_for(all_synced(second), what="the new store object's row to drain")
+            assert plane.ids_on_plane("t-again") == ["t-again-0"]
+            with pytest.raises(ReplicationError, match=r"already has a connection for it to http"):
+                connect(second, "http://127.0.0.1:9", plane.key)
+            assert conn.active
+        finally:
+            disconnect(second, timeout=5)
 
 
 def test_bad_key_at_connect_raises_and_leaves_nothing(store: Store, plane: PlaneHandle) -> None:

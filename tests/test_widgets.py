@@ -8,6 +8,7 @@ summary, figure) and the store itself.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -250,6 +251,18 @@ def test_restore_panel_plans_restores_then_resumes(
     assert panel.run_result.state["published"] is True
     assert "completed" in panel.status.value
     assert read_thread(fresh, parked_on_plane)[-1].node_id == "run_end"
+
+    rows = len(read_thread(fresh, parked_on_plane))
+    panel.resume_button.click()  # again: a completed run is explained, never resumed
+    assert "a completed run is never resumed; press Fork" in panel.status.value
+    assert len(read_thread(fresh, parked_on_plane)) == rows
+    panel.fork_button.click()
+    forked = panel.run_result.thread_id
+    assert forked != parked_on_plane
+    assert read_thread(fresh, forked)[0].parent_checkpoint_id is not None
+    assert (
+        html.unescape(panel.status.value).count(f"forked {parked_on_plane!r} into {forked!r}") == 1
+    )
 
 
 def test_restore_panel_shows_refusals_and_writes_nothing(fresh: Store, plane: PlaneHandle) -> None:

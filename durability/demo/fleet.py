@@ -54,6 +54,8 @@ KEY_ENV = {"main": "DURABILITY_PLANE_API_KEY", "edge": "DURABILITY_EDGE_PLANE_AP
 
 
 MANIFEST = "demo.json"
+#: The folder (in the demo's) where restore_runs.ipynb makes each run's copy of the edge store.
+RESTORE_COPIES = "restore-copies"
 
 
 log = logging.getLogger(__name__)
@@ -232,7 +234,8 @@ def edge_runs(store: Store, clock: FrozenClock, end: datetime) -> dict[str, str]
     """The edge worker's runs in its last three days before ``end``, written into ``store``.
 
     Returns their threads by kind: ``completed``, ``failed`` (its review timed out),
-    ``parked`` (waiting on an approval until after ``end``) and ``conversation``.
+    ``parked`` and ``parked again`` (waiting on approvals until after ``end``: the notebook
+    resumes one, its restore panel the other) and ``conversation``.
     """
     clock.set(end - timedelta(days=3))
 
@@ -246,6 +249,10 @@ def edge_runs(store: Store, clock: FrozenClock, end: datetime) -> dict[str, str]
     clock.set(end - timedelta(days=1))
     threads["parked"] = publisher.start(
         store, {"topic": "edge pricing", "needs_approval": True}
+    ).thread_id
+    clock.set(end - timedelta(hours=22))
+    threads["parked again"] = publisher.start(
+        store, {"topic": "edge roadmap", "needs_approval": True}
     ).thread_id
     clock.set(end - timedelta(hours=20))
     threads["conversation"] = "edge-conversation"
@@ -348,6 +355,7 @@ def notebook_parameters(
             "plane_url": plane_url,
             "api_key_env": KEY_ENV["edge"],
             "runner": "durability.demo:publish",
+            "copies_dir": str(charts.parent / RESTORE_COPIES),
         },
     }
 

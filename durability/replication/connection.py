@@ -31,7 +31,7 @@ import httpx
 
 from durability._util import redact_url
 from durability.errors import ReplicationError
-from durability.replication.client import IngestAnswer, PlaneClient
+from durability.replication.client import IngestAnswer, PlaneClient, normalize_target
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
 from durability.replication.wire import CLEAR, ROW_KEY, PayloadEncoder
 from durability.replication.worker import Backoff, DrainWorker
@@ -372,6 +372,26 @@ class _Registry:
                 conn.store.add_write_listener(db.listener)
                 db.worker.start()
 
+    def find(self, store: Store, project_id: str) -> Connection | None:
+        """This process's open connection of ``store``'s database for ``project_id``, if any."""
+        with self._lock:
+            db = self._databases.get(database_key(store))
+            found = [c for c in db.connections if c.project_id == project_id] if db else []
+        return found[0] if found else None
+
+    def adopt(self, conn: Connection, store: Store) -> None:
+        """Let ``conn`` drain through ``store``, another object for the same database (a
+        notebook cell run again opens the store anew): its writes now wake the drain."""
+        with self._lock:
+            db = self._databases.get(database_key(store))
+            if conn.store is store or db is None or conn not in db.connections:
+                return
+            old, conn.store = conn.store, store
+            if conn.background:
+                if not any(c.store is old and c.background for c in db.connections):
+                    old.remove_write_listener(db.listener)
+                store.add_write_listener(db.listener)
+
     def detach(self, conn: Connection) -> None:
         key = database_key(conn.store)
         with self._lock:
@@ -436,11 +456,34 @@ def connect(
     ``options`` are :class:`Connection`'s (``http``, ``encoder``, ``limits``, ``batch_rows``,
     ``batch_bytes``, ``background``, ``backoff``, ``timeout``).
 
+    Connecting is idempotent: when this process already has an open connection of that store's
+    database and project to the same plane with the same key (a notebook run twice, say), that
+    connection is returned as it is (``options`` are not applied again), draining through the
+    store object given from now on.
+
     Raises:
         ReplicationError: The plane refused the key (401/403), or this process already
-            connected that project of that store.
+            connected that project of that store to another plane or with another key.
     """
+    existing = _registry.find(store, project_id)
+    if existing is not None:
+        return _reuse(existing, store, target, api_key)
     return Connection(store, target, api_key, project_id=project_id, **options).open(verify=verify)
+
+
+def _reuse(conn: Connection, store: Store, target: str, api_key: str) -> Connection:
+    """``conn`` again, for a second connect of its project; refused for another plane or key."""
+    wanted = normalize_target(target)
+    if conn.target != wanted or not conn.client.holds_key(api_key):
+        other = f"to {conn.target}" if conn.target != wanted else "with another API key"
+        raise ReplicationError(
+            f"cannot connect project {conn.project_id!r} of {store!r} to {wanted}: this process "
+            f"already has a connection for it {other}; close that one first "
+            "(`replication.disconnect(store)`): one connection per project and store",
+            retryable=False,
+        )
+    _registry.adopt(conn, store)
+    return conn
 
 
 def disconnect(

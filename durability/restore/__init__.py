@@ -28,6 +28,10 @@ generation, and a parked run into a store that cannot hold a park (naming ``sing
 or a shared store). It holds the thread's lease while it writes, so two restorers, or a restorer
 and a run, never interleave.
 
+A rehearsal that can run any number of times restores into a copy of the store made for it
+(:func:`copy_store`, SQLite) and picks what to bring back with :func:`lost_threads` (the
+threads the store lacks, those a runner can resume first).
+
 Resume-time restore (:func:`restore_if_missing`, called by :func:`durability.runs.locate_thread`
 for resume, fork and stop) follows three rules: only when the local store has no
 record of the thread, only when connected (an active connection for the store, or one passed
@@ -57,11 +61,13 @@ from durability.restore.plan import (
     plan_restore,
     restore_enabled,
 )
+from durability.restore.rehearse import RESUMABLE, copy_store, lost_threads, sqlite_path
 
 __all__ = [
     "ENV_RESTORE",
     "FRAME_COLUMNS",
     "RESTORE_LEASE",
+    "RESUMABLE",
     "SOURCE_HISTORY",
     "SOURCE_LATEST",
     "LocalThread",
@@ -69,10 +75,13 @@ __all__ = [
     "RestoreResult",
     "apply_restore",
     "connections_for",
+    "copy_store",
     "local_thread",
+    "lost_threads",
     "plan_restore",
     "restore_enabled",
     "restore_from_plane",
     "restore_if_missing",
     "restore_missing",
+    "sqlite_path",
 ]

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, Protocol
 
 from durability import codec
+from durability.clock import as_utc
+from durability.crypto.format import ENVELOPE_PREFIX, Sealed
 from durability.model import Checkpoint, PendingWrite
 
 #: The ids that address a checkpoint and its run.
@@ -91,9 +94,11 @@ class EncodedCheckpoint:
         """Encode ``cp``; refusals name the field.
 
         ``checkpoint_id`` and ``created_at``, when given, replace the checkpoint's own (a
-        store fills them); the result must have both.
+        store fills them); the result must have both. A :class:`~durability.crypto.Sealed`
+        state is kept as its envelope (a restore carries ciphertext untouched).
         """
-        texts = [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS]
+        texts = [_state_text(cp.state)]  # first: a refusal names the state before the rest
+        texts += [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS[1:]]
         state, node_input, node_output, counters, context, metadata = texts
         created_at = created_at or cp.created_at
         assert created_at is not None
@@ -120,12 +125,17 @@ class EncodedCheckpoint:
             counters,
             context,
             metadata,
-            sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+            utf8_len("".join(texts)),
         )
 
-    def decode(self) -> Checkpoint:
-        """The checkpoint this row holds; a payload that cannot be read back fails the read."""
+    def decode(self, state: str | None = None) -> Checkpoint:
+        """The checkpoint this row holds; a payload that cannot be read back fails the read.
+
+        ``state`` replaces the stored state text (the opened one of a sealed row); a sealed
+        state left unopened comes back as :class:`~durability.crypto.Sealed`.
+        """
         loads = codec.loads
+        text = self.state if state is None else state
         return Checkpoint(
             thread_id=self.thread_id,
             namespace=self.namespace,
@@ -143,7 +153,7 @@ class EncodedCheckpoint:
             interrupt_reason=self.interrupt_reason,
             created_at=self.created_at,
             project_id=self.project_id,
-            state=loads(self.state, path="state"),
+            state=Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state"),
             node_input=loads(self.node_input, path="node_input"),
             node_output=loads(self.node_output, path="node_output"),
             iteration_counters=loads(self.iteration_counters, path="iteration_counters"),
@@ -161,10 +171,14 @@ class EncodedCheckpoint:
 
     def values(self) -> tuple[object, ...]:
         """The stored fields in :data:`STORED_FIELDS` order."""
-        return tuple(getattr(self, name) for name in STORED_FIELDS)
+        return _stored_values(self)
 
 
 assert tuple(f.name for f in fields(EncodedCheckpoint)) == (*STORED_FIELDS, "seq")
+_stored_values = attrgetter(*STORED_FIELDS)
+#: A checkpoint's fields, read in one call (``stored`` copies them without ``__init__``).
+_CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint))
+_checkpoint_values = attrgetter(*_CHECKPOINT_FIELDS)
 
 
 @dataclass(slots=True)
@@ -180,8 +194,10 @@ class EncodedWrite:
     value: str
     task_path: str
 
-    def decode(self) -> PendingWrite:
-        """The pending write this row holds."""
+    def decode(self, value: str | None = None) -> PendingWrite:
+        """The pending write this row holds (``value``: the opened text of a sealed one; a
+        sealed value left unopened comes back as :class:`~durability.crypto.Sealed`)."""
+        text = self.value if value is None else value
         return PendingWrite(
             thread_id=self.thread_id,
             namespace=self.namespace,
@@ -189,7 +205,9 @@ class EncodedWrite:
             task_id=self.task_id,
             idx=self.idx,
             channel=self.channel,
-            value=codec.loads(self.value, path=f"writes[{self.task_id!r}, {self.idx}]"),
+            value=Sealed(text)
+            if text.startswith(ENVELOPE_PREFIX)
+            else codec.loads(text, path=f"writes[{self.task_id!r}, {self.idx}]"),
             task_path=self.task_path,
         )
 
@@ -207,6 +225,10 @@ class EncodedWrite:
             value,
             w.task_path,
         )
+
+
+def _state_text(state: object) -> str:
+    return state.text if type(state) is Sealed else codec.dumps(state, path="state")
 
 
 #: The stored fields of a pending write, in order.
@@ -305,12 +327,24 @@ def stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
     ``datetime.timezone``).
     """
     row.seq = seq
-    return cp.evolve(
-        checkpoint_id=row.checkpoint_id,
-        created_at=row.created_at,
-        seq=seq,
-        size_bytes=row.size_bytes,
-    )
+    if type(cp) is not Checkpoint:  # a subclass may check more in its __init__
+        return cp.evolve(
+            checkpoint_id=row.checkpoint_id,
+            created_at=row.created_at,
+            seq=seq,
+            size_bytes=row.size_bytes,
+        )
+    # A field-by-field copy: ``cp`` was checked when it was built, so ``replace``'s call of
+    # ``__init__`` and its checks (a tenth of a SQLite put) would only repeat them.
+    copy = object.__new__(Checkpoint)
+    put = object.__setattr__
+    for name, value in zip(_CHECKPOINT_FIELDS, _checkpoint_values(cp), strict=True):
+        put(copy, name, value)
+    put(copy, "checkpoint_id", row.checkpoint_id)
+    put(copy, "created_at", as_utc(row.created_at))
+    put(copy, "seq", seq)
+    put(copy, "size_bytes", row.size_bytes)
+    return copy
 
 
 def utf8_len(text: str) -> int:
