@@ -21,7 +21,8 @@ cluster slot:
 
 Keys that cannot share the thread's slot live under ``P{g}:`` (one slot): ``threads`` (paging),
 ``finished`` (due time, for the sweep), ``parks`` (deadline), ``outbox`` and ``quarantine``
-(write time), ``connections``, ``format`` (the generation). They are written after the thread's
+(write time), ``connections``, ``format`` (the generation), ``history`` (what released rows
+spent pending before their quarantine). They are written after the thread's
 script, and any of them may miss an entry after a crash between the two steps, or hold one
 its thread no longer supports. The thread's keys are the truth; the indexes are repaired (see
 :mod:`durability.stores.redis.reconcile`).
@@ -63,6 +64,8 @@ class GlobalKeys:
     drains: str
     #: The sweep lock (one sweep per store).
     sweep_lock: str
+    #: A list: the spans released rows spent pending before their quarantine (JSON, anonymous).
+    history: str
 
     @classmethod
     def of(cls, prefix: str) -> GlobalKeys:

@@ -23,6 +23,7 @@ from durability.stores.sql.schema import (
     connections,
     meta_table,
     migrations_table,
+    outbox_history,
     parks,
     sweep_lock_table,
     threads,
@@ -148,6 +149,15 @@ def _sweep_lock(conn: SAConnection) -> None:
     create(conn, sweep_lock_table)
 
 
+def _outbox_history(conn: SAConnection) -> None:
+    """Version 10: a released row is pending again from its release (``pending_since``), and
+    the span it was pending before its quarantine is kept in its own table, so releasing rows
+    never changes the backlog of days past."""
+    if "pending_since" not in _columns_of(conn, "durability_checkpoints"):
+        _add_column(conn, checkpoints, "pending_since", "BIGINT")
+    create(conn, outbox_history)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -159,6 +169,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread-first key indexes", _thread_first_keys),
     ("drain heartbeats", _drain_heartbeat),
     ("sweep lock", _sweep_lock),
+    ("outbox history", _outbox_history),
 )
 
 

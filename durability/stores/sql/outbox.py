@@ -15,7 +15,14 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, OutboxSummary, RowKey
+from durability.stores.outbox import (
+    ConnectionRecord,
+    EntryQuery,
+    Outbox,
+    OutboxSummary,
+    PendingSpan,
+    RowKey,
+)
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
@@ -24,6 +31,7 @@ from durability.stores.sql.schema import (
     connections,
     micros,
     not_synced,
+    outbox_history,
     quarantined,
     time_of,
     where_thread,
@@ -47,6 +55,7 @@ _ENTRY_COLUMNS = (
     "last_error",
     "synced_at",
     "step_type",
+    "pending_since",
 )
 
 
@@ -129,16 +138,39 @@ class SQLOutbox(Outbox):
                 )
 
     @reconnecting
-    def _release(self, keys: list[RowKey] | None) -> int:
-        release = checkpoints.update().values(synced=False, sync_error=None, synced_at=None)
+    def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
+        # One transaction: the spans the rows were pending are kept, then the rows reopened.
+        at = to_micros(now)
+        reopen = checkpoints.update().values(
+            synced=False, sync_error=None, synced_at=None, pending_since=at
+        )
         with self.store.db.write("release quarantined rows") as conn:
             if keys is None:
-                return int(conn.execute(release.where(quarantined)).rowcount)
+                conn.execute(_keep_spans(at, quarantined))
+                return int(conn.execute(reopen.where(quarantined)).rowcount)
             total = 0
             for chunk in chunks([seq for _, seq in keys]):
-                where = release.where(quarantined, checkpoints.c.seq.in_(chunk))
-                total += conn.execute(where).rowcount
+                chosen = sa.and_(quarantined, checkpoints.c.seq.in_(chunk))
+                conn.execute(_keep_spans(at, chosen))
+                total += conn.execute(reopen.where(chosen)).rowcount
             return total
+
+    @reconnecting
+    def _history(self) -> list[PendingSpan]:
+        h = outbox_history.c
+        with self.store.db.one("read the outbox history") as conn:
+            rows = conn.execute(sa.select(outbox_history).order_by(h.released_at, h.id)).all()
+        return [
+            PendingSpan(
+                project_id=r.project_id,
+                created_at=from_micros(r.created_at),
+                pending_from=from_micros(r.pending_from),
+                pending_until=from_micros(r.pending_until),
+                size_bytes=r.size_bytes,
+                released_at=from_micros(r.released_at),
+            )
+            for r in rows
+        ]
 
     @reconnecting
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
@@ -249,6 +281,28 @@ class SQLOutbox(Outbox):
         return [OutboxSummary(p, **t) for p, t in sorted(totals.items())]
 
 
+def _keep_spans(released_at: int, where: Any) -> Any:
+    """``INSERT … SELECT``: the span each row ``where`` chooses was pending, into the history."""
+    c = checkpoints.c
+    span = sa.select(
+        c.project_id,
+        c.created_at,
+        sa.func.coalesce(c.pending_since, c.created_at),
+        sa.func.coalesce(c.synced_at, c.created_at),
+        c.size_bytes,
+        sa.literal(released_at, sa.BigInteger),
+    ).where(where)
+    names = [
+        "project_id",
+        "created_at",
+        "pending_from",
+        "pending_until",
+        "size_bytes",
+        "released_at",
+    ]
+    return outbox_history.insert().from_select(names, span)
+
+
 def _entry(r: Any) -> OutboxEntry:
     return OutboxEntry(
         thread_id=r.thread_id,
@@ -264,4 +318,5 @@ def _entry(r: Any) -> OutboxEntry:
         last_error=r.last_error,
         synced_at=time_of(r.synced_at),
         step_type=r.step_type,
+        pending_since=time_of(r.pending_since),
     )

@@ -60,6 +60,7 @@ def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
             sa.Column("attempts", sa.Integer, nullable=False),
             sa.Column("last_error", sa.Text),
             sa.Column("synced_at", sa.BigInteger),
+            sa.Column("pending_since", sa.BigInteger),
         ]
     # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
     table: sa.Table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
@@ -129,6 +130,19 @@ connections = sa.Table(
 )
 
 #: One sweep per store: the holder of the sweep (SQLite: the lock itself, with an expiry).
+#: What released rows spent pending before their quarantine (migration 10): anonymous spans.
+outbox_history = sa.Table(
+    "durability_outbox_history",
+    metadata,
+    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("pending_from", sa.BigInteger, nullable=False),
+    sa.Column("pending_until", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("released_at", sa.BigInteger, nullable=False),
+)
+
 sweep_lock_table = sa.Table(
     "durability_sweep_lock",
     metadata,

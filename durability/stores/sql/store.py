@@ -42,6 +42,7 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_history,
     parks,
     thread_key,
     threads,
@@ -163,7 +164,15 @@ class SQLStore(Store):
 
     def _wipe(self) -> None:
         with self.db.write("reset the store") as conn:
-            for table in (checkpoints, writes, threads, parks, connections, meta_table):
+            for table in (
+                checkpoints,
+                writes,
+                threads,
+                parks,
+                connections,
+                outbox_history,
+                meta_table,
+            ):
                 conn.execute(table.delete())
 
     # ------------------------------------------------------------------ checkpoints
