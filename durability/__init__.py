@@ -22,6 +22,7 @@ from durability.model import (
 
 if TYPE_CHECKING:
     from durability.stores.base import Store
+    from durability.transfer import CopyResult
 
 # A library logs, the application decides where logs go: without this, Python's last-resort
 # handler would print every warning (a failed run, say) to stderr, red in a notebook.
@@ -42,6 +43,17 @@ def open(url: str | None = None, **options: Any) -> Store:
     return open_store(url or settings.url, settings=settings, **options)
 
 
+def copy(source: Store | str, destination: Store | str, **options: Any) -> CopyResult:
+    """Copy threads from one store (or URL) into a durability store; see :mod:`durability.transfer`.
+
+    Options: ``threads``, ``since``, ``owner``, ``rename``, ``progress``, ``chunk_size``;
+    :func:`durability.transfer.plan_copy` previews the same copy.
+    """
+    from durability.transfer import copy as run_copy
+
+    return run_copy(source, destination, **options)
+
+
 __all__ = [
     "Checkpoint",
     "Deleted",
@@ -51,5 +63,6 @@ __all__ = [
     "PendingWrite",
     "ThreadRecord",
     "__version__",
+    "copy",
     "open",
 ]

@@ -15,6 +15,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── StoreError
     │   ├── CheckpointNotFound (KeyError)
     │   ├── CheckpointConflict                 a checkpoint id already stored in the thread
+    │   ├── ThreadErased                       a write to a thread erased (tombstoned)
     │   ├── InvalidIdError (ValueError)        an id the store cannot hold (empty, NUL, too long)
     │   ├── CheckpointStoreFormatError         the store holds another format generation
     │   ├── StoreUnavailable (ConnectionError) the backend cannot be reached
@@ -33,6 +34,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── ReplicationError                       talking to the control plane
     │   └── PlaneRoutingError (+RestoreError)  a thread's path did not reach the plane's handler
     ├── RestoreError
+    ├── CopyRefused                            a copy that would mix other checkpoints into a thread
     ├── RunError                               the durable runner refused or failed an operation
     │   └── RunNotResumable                    a completed run, or nothing to resume from
     │       └── AlreadyResumed                 another worker resumed the run first
@@ -85,6 +87,17 @@ class CheckpointNotFound(StoreError, KeyError):
 
 class CheckpointConflict(StoreError):
     """A checkpoint id is already stored in the thread; stores never overwrite silently."""
+
+
+class ThreadErased(StoreError):
+    """A write to a thread that was erased: its tombstone refuses every later put.
+
+    ``tombstone`` is the keyed hash the tombstone holds (never the thread id).
+    """
+
+    def __init__(self, message: str, tombstone: str = "") -> None:
+        super().__init__(message)
+        self.tombstone = tombstone
 
 
 class InvalidIdError(StoreError, ValueError):
@@ -168,6 +181,11 @@ class ReplicationError(DurabilityError):
 
 class RestoreError(DurabilityError):
     """A restore from the plane was refused or failed."""
+
+
+class CopyRefused(DurabilityError):
+    """A copy refused before writing anything (a destination thread holding other checkpoints,
+    a destination that is not a durability store)."""
 
 
 class PlaneRoutingError(ReplicationError, RestoreError):

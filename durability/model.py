@@ -196,6 +196,24 @@ class ThreadRecord:
         return self.finished_at is not None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tombstone:
+    """What keeps an erased thread erased: no user data, only a keyed hash of its id.
+
+    ``hash`` is the HMAC-SHA-256 of the thread id under the store's erasure secret (its first
+    32 hex digits); ``erased_by`` is who asked, as they named themselves; ``receipt`` the
+    erasure's receipt as JSON (it never holds the thread id).
+    """
+
+    hash: str
+    erased_at: datetime
+    erased_by: str = ""
+    receipt: str = ""
+
+    def __post_init__(self) -> None:
+        _aware(self, "erased_at")
+
+
 @dataclass(frozen=True, slots=True)
 class Deleted:
     """What a delete removed."""

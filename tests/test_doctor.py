@@ -22,6 +22,7 @@ from durability import Checkpoint, PendingWrite, frames
 from durability.cli import cli
 from durability.clock import FrozenClock
 from durability.doctor import CHECKS, diagnose
+from durability.doctor.repair import apply_repairs, plan_repairs
 from durability.model import STEP_FORK_ORIGIN, STEP_RUN_END
 from durability.settings import Settings
 from durability.stores import Store
@@ -108,6 +109,28 @@ def test_every_break_is_found_and_named(store: Store) -> None:
     assert set(zip(frame["check"], frame["thread_id"], strict=True)) == expected
 
 
+def test_fix_repairs_the_safe_ones_and_deletes_only_with_yes(store: Store) -> None:
+    """--fix releases the ended run's lease at once, drops the orphan writes only when deletes
+    are allowed, and leaves every problem it has no safe repair for."""
+    expected = break_everything(store)
+    plan = plan_repairs(diagnose(store, now=LATER))
+    assert {(s.repair, s.deletes) for s in plan.steps} == {
+        ("drop_orphan_writes", True),
+        ("release_ended_leases", False),
+    }
+    result = apply_repairs(store, plan)
+    assert result.applied == {"release_ended_leases": 1}
+    assert [s.repair for s, _why in result.skipped] == ["drop_orphan_writes"]
+    assert store.writes("w", "ghost") != []
+    assert found(store) == expected - {("lease_of_ended_run", "l")}
+    result = apply_repairs(store, plan_repairs(diagnose(store, now=LATER)), allow_deletes=True)
+    assert result.applied == {"drop_orphan_writes": 1}
+    assert store.writes("w", "ghost") == []
+    assert store.latest("w") is not None  # the thread's own checkpoint stays
+    fixed = {("lease_of_ended_run", "l"), ("writes_without_checkpoint", "w")}
+    assert found(store) == expected - fixed
+
+
 def test_what_the_seeds_intend_reports_nothing(store: Store) -> None:
     """Owned session-thread marks, a run starting, a fork origin, a latest-only restore and a
     thread pruned to its latest are not breaks."""
@@ -184,6 +207,12 @@ def test_the_cli_names_each_break_and_exits_1(tmp_path: Path) -> None:
     as_json = json.loads(CliRunner().invoke(cli, ["doctor", url, "--json"]).output)
     assert [p["check"] for p in as_json["problems"]] == ["writes_without_checkpoint"]
     assert as_json["problems"][0]["thread_id"] == "w"
+    preview = CliRunner().invoke(cli, ["doctor", url, "--fix"], input="n\n")
+    assert "drop_orphan_writes on thread 'w': 1 rows (deletes state)" in preview.output
+    assert preview.exit_code == 1  # declined: the writes stay
+    fixed = CliRunner().invoke(cli, ["doctor", url, "--fix", "--yes", "--json"])
+    assert fixed.exit_code == 0, fixed.output
+    assert json.loads(fixed.output)["applied"] == {"drop_orphan_writes": 1}
 
 
 def test_a_redis_index_that_disagrees_is_found(tmp_path: Path) -> None:
@@ -202,3 +231,9 @@ def test_a_redis_index_that_disagrees_is_found(tmp_path: Path) -> None:
             ("redis_index_mismatch", "the 'finished'"),
             ("redis_index_mismatch", "the 'threads'"),
         }
+        result = CliRunner().invoke(cli, ["doctor", target.url, "--fix", "--json"])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        # the stray threads entry is gone already: reading the threads drops it
+        assert report["applied"] == {"rebuild_redis_indexes": 1}
+        assert report["after"]["problems"] == []

@@ -69,6 +69,9 @@ def test_schema_is_created_and_holds_every_table(admin: Any, schema: str) -> Non
         "durability_migrations",
         "durability_connections",
         "durability_sweep_lock",
+        "durability_outbox",
+        "durability_synced",
+        "durability_tombstones",
     }
     assert tables_in(admin, schema) == expected
     with durability.open(f"{POSTGRES_URL}?schema={schema}", settings=Settings()) as same:

@@ -89,6 +89,8 @@ def test_every_key_of_a_thread_maps_to_one_slot(open_redis: Opener, admin: Any) 
         store.keys.quarantine,
         store.keys.connections,
         store.keys.format,
+        store.keys.tombstones,
+        store.keys.erasure_secret,
     ]
     assert len({key_slot(k.encode()) for k in globals_}) == 1
     # And nothing a write creates lives outside those keys.

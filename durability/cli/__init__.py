@@ -11,6 +11,7 @@ import click
 from durability._extras import missing_extra
 from durability._version import __version__
 from durability.cli import (
+    copy,
     demo,
     doctor,
     keys,
@@ -43,6 +44,7 @@ for module in (
     report,
     store,
     threads,
+    copy,
     runs,
     restore,
     outbox,

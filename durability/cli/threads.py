@@ -83,7 +83,7 @@ def show_thread(
             raise click.ClickException(
                 f"no thread {thread_id!r} in {store!r}; list threads with `durability threads list`"
             )
-        history = store.history(thread_id, namespace)
+        history = store.history(thread_id, namespace, keep_sealed=not with_state)
         park = park_of(store, thread_id)
     if as_json:
         rows = []

@@ -12,7 +12,11 @@ datetime, a dataclass, a tuple) is the codec's envelope, so nothing is decoded o
 nothing is lost on the way back. The wire wants objects for ``state_snapshot`` and the payload
 fields of ``metadata``; a value that is not a JSON object is sent as ``{"value": …}`` and the
 extension's ``wrapped`` list names it. ``state`` may also pass through a :class:`PayloadEncoder`
-(the seam for customer-held encryption of the payload, BYOK); metadata always stays clear.
+(a seam for a wire-level transform); metadata always stays clear. A store that encrypts
+(``durability.crypto``) already holds its state as a sealed envelope, a JSON object: it is sent
+as the ``state_snapshot`` untouched, counted at its own size by the plane's cap, and comes back
+from :func:`checkpoint_from_wire` as a :class:`~durability.crypto.Sealed` state that a restore
+writes as it is; only a process holding the key opens it.
 
 Checkpoint ids are unique within a thread (and namespace), not across threads. A plane that
 announces it keys rows by execution, namespace and checkpoint id (this project's plane) gets the
@@ -37,6 +41,7 @@ import orjson
 
 from durability import codec
 from durability.clock import as_utc
+from durability.crypto.format import Sealed
 from durability.errors import CodecError, RestoreError
 from durability.model import COMPLETED, FAILED, INTERRUPTED, STEP_RUN_END, Checkpoint
 from durability.stores.rows import EncodedCheckpoint
@@ -374,6 +379,10 @@ def checkpoint_from_wire(
         raw = raw if raw is not None else {}
         if field in wrapped:
             raw = raw.get("value") if isinstance(raw, dict) else raw
+        if field == "state" and isinstance(raw, dict) and raw.get("$t") == "enc":
+            # A sealed state comes back as it went: its envelope, untouched, opened by the store
+            # holding the key (orjson writes the same compact text, members in their order).
+            return Sealed(orjson.dumps(raw).decode())
         try:
             return codec.loads(orjson.dumps(raw), path=field, allowed_modules=allowed_modules)
         except CodecError as exc:

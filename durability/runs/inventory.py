@@ -65,12 +65,15 @@ def locate_thread(
         )
 
 
-def read_thread(store: Store, thread_id: str, *, page: int = 1000) -> list[Checkpoint]:
-    """Every checkpoint of the thread's root namespace, oldest first (``seq`` order), paged."""
+def read_thread(
+    store: Store, thread_id: str, *, page: int = 1000, keep_sealed: bool = False
+) -> list[Checkpoint]:
+    """Every checkpoint of the thread's root namespace, oldest first (``seq`` order), paged
+    (``keep_sealed``: sealed states left unopened, for readers of the clear fields)."""
     rows: list[Checkpoint] = []
     after: int | None = None
     while True:
-        batch = store.history(thread_id, after_seq=after, limit=page)
+        batch = store.history(thread_id, after_seq=after, limit=page, keep_sealed=keep_sealed)
         rows.extend(batch)
         if len(batch) < page:
             return rows
@@ -132,7 +135,7 @@ def list_runs(
         records = iter(tqdm(records, desc="threads", unit="thread", disable=None))
     infos: list[RunInfo] = []
     for record in records:
-        history = read_thread(store, record.thread_id)
+        history = read_thread(store, record.thread_id, keep_sealed=True)
         runs: dict[str, list[Checkpoint]] = {}
         for cp in history:
             runs.setdefault(cp.run_id, []).append(cp)

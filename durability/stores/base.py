@@ -18,6 +18,8 @@ that is ``None`` when the store lacks it:
                     connection records
 ``store.scans``     :class:`~durability.stores.scans.Scans`: the analysis and sweep reads
                     (always present; generic defaults a backend overrides for speed)
+``store.tombstones``:class:`~durability.stores.tombstones.Tombstones`: erased threads, whose
+                    every later write the store refuses
 ==================  ========================================================================
 
 The methods callers used before the capabilities had their own objects (``store.park``,
@@ -38,6 +40,7 @@ from typing import Any, Self
 from durability import codec
 from durability._util import redact_url, short
 from durability.clock import Clock, system_clock
+from durability.crypto import Keyring, sealer_for
 from durability.errors import (
     CapabilityError,
     CheckpointNotFound,
@@ -65,6 +68,8 @@ from durability.stores.rows import (
     stored,
 )
 from durability.stores.scans import Scans
+from durability.stores.sealing import open_checkpoint, open_write, seal_checkpoint, seal_write
+from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
 FORMAT_GENERATION = 1
@@ -119,13 +124,27 @@ class Store(ABC):
     outbox: Outbox | None = None
     #: The analysis and sweep reads (generic unless the backend brings faster ones).
     scans: Scans
+    #: Erased threads' tombstones, or ``None`` when the store cannot keep them (read-only).
+    tombstones: Tombstones | None = None
 
     def __init__(
-        self, *, url: str, settings: Settings | None = None, clock: Clock | None = None
+        self,
+        *,
+        url: str,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        keyring: Keyring | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         self.url = url
         self.settings = settings if settings is not None else Settings.from_env()
         self.clock: Clock = clock if clock is not None else system_clock
+        #: The customer's keys (``keyring=``, else ``DURABILITY_ENCRYPTION_KEYS``): with one, the
+        #: state and pending-write values are sealed (see :mod:`durability.stores.sealing`).
+        self.keyring = keyring if keyring is not None else Keyring.from_env()
+        self.sealer = sealer_for(self.keyring) if self.keyring is not None else None
+        #: Read payloads held in clear although the store encrypts (a migration's setting).
+        self.allow_plaintext = allow_plaintext
         self.scans = Scans(self)
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -222,18 +241,21 @@ class Store(ABC):
             check_id(
                 cp.parent_checkpoint_id, "parent_checkpoint_id", action=action, allow_empty=True
             )
-        return EncodedCheckpoint.encode(
+        row = EncodedCheckpoint.encode(
             cp,
             checkpoint_id=cp.checkpoint_id or str(uuid.uuid4()),
             created_at=cp.created_at if cp.created_at is not None else self.clock(),
         )
+        if self.sealer is not None:
+            seal_checkpoint(self.sealer, row)
+        return row
 
     def latest(self, thread_id: str, namespace: str = "") -> Checkpoint | None:
         """The last checkpoint written in the thread and namespace (highest ``seq``), or ``None``."""
         check_thread(thread_id, namespace, "read the latest checkpoint")
         self.ready()
         rows = self._select(Select(thread_id, namespace, order="seq_desc", limit=1))
-        return rows[0].decode() if rows else None
+        return open_checkpoint(self, rows[0], "read the latest checkpoint") if rows else None
 
     def get(self, thread_id: str, checkpoint_id: str, namespace: str = "") -> Checkpoint:
         """One checkpoint by id; :class:`~durability.errors.CheckpointNotFound` if absent."""
@@ -247,7 +269,7 @@ class Store(ABC):
                 + (f" namespace {short(namespace)}" if namespace else "")
                 + f" of {redact_url(self.url)}; list the thread with `durability threads show`"
             )
-        return rows[0].decode()
+        return open_checkpoint(self, rows[0], "read a checkpoint")
 
     def history(
         self,
@@ -256,15 +278,21 @@ class Store(ABC):
         *,
         after_seq: int | None = None,
         limit: int | None = None,
+        keep_sealed: bool = False,
     ) -> list[Checkpoint]:
         """The thread's checkpoints, oldest first (``seq`` order).
 
         ``namespace=None`` returns every namespace; ``after_seq`` and ``limit`` page.
+        ``keep_sealed=True`` leaves sealed states as :class:`~durability.crypto.Sealed` (no
+        key needed, nothing refused): for readers of the clear fields only.
         """
         check_thread(thread_id, namespace or "", "read a thread's history")
         self.ready()
         query = Select(thread_id, namespace, after_seq=after_seq, limit=limit)
-        return [row.decode() for row in self._select(query)]
+        rows = self._select(query)
+        if keep_sealed:
+            return [row.decode() for row in rows]
+        return [open_checkpoint(self, row, query.action) for row in rows]
 
     def newest_first(
         self,
@@ -285,7 +313,7 @@ class Store(ABC):
             check_id(before, "before", action="list a thread's checkpoints")
         self.ready()
         query = Select(thread_id, namespace, before_id=before, order="id_desc", limit=limit)
-        return [row.decode() for row in self._select(query)]
+        return [open_checkpoint(self, row, query.action) for row in self._select(query)]
 
     def has_thread(self, thread_id: str) -> bool:
         """Whether the store holds any checkpoint of the thread."""
@@ -338,7 +366,10 @@ class Store(ABC):
             check_id(w.checkpoint_id, "checkpoint_id", action=action)
             for what in ("task_id", "channel", "task_path"):
                 check_id(getattr(w, what), what, action=action, allow_empty=True)
-            rows.append(EncodedWrite.encode(w))
+            row = EncodedWrite.encode(w)
+            if self.sealer is not None:
+                seal_write(self.sealer, row)
+            rows.append(row)
         if rows:
             self._insert_writes(rows)
 
@@ -348,7 +379,8 @@ class Store(ABC):
         check_id(checkpoint_id, "checkpoint_id", action="read pending writes")
         self.ready()
         key = (namespace, checkpoint_id)
-        return [row.decode() for row in self._select_writes(thread_id, [key]).get(key, ())]
+        found = self._select_writes(thread_id, [key]).get(key, ())
+        return [open_write(self, row, "read pending writes") for row in found]
 
     def writes_of(
         self, thread_id: str, checkpoints: Sequence[CheckpointKey]
@@ -358,7 +390,8 @@ class Store(ABC):
         self.ready()
         keys = list(dict.fromkeys(checkpoints))
         rows = self._select_writes(thread_id, keys) if keys else {}
-        return {key: [w.decode() for w in rows.get(key, ())] for key in keys}
+        action = "read pending writes"
+        return {key: [open_write(self, w, action) for w in rows.get(key, ())] for key in keys}
 
     # ------------------------------------------------------------------ threads
 
@@ -405,6 +438,12 @@ class Store(ABC):
         self.ready()
         keys = list(dict.fromkeys(checkpoints))
         return self._delete(thread_id, keys) if keys else Deleted()
+
+    def refuse_erased(self, thread_id: str, action: str) -> None:
+        """Raise :class:`~durability.errors.ThreadErased` if the thread was erased (a read of
+        its tombstone; the checkpoint puts check theirs atomically in the backend instead)."""
+        if self.tombstones is not None:
+            self.tombstones.refuse(thread_id, action)
 
     # ------------------------------------------------------------------ write listeners
 

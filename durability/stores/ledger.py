@@ -42,6 +42,7 @@ class Ledger(Capability, ABC):
         check_id(run_id, "run_id", action=action, allow_empty=True)
         check_id(owner, "owner", action=action, allow_empty=True)
         self.store.ready()
+        self.store.refuse_erased(thread_id, action)
         self._start(thread_id, run_id, owner, retention or Retention(), self.store.clock())
         return self._record(thread_id)
 
@@ -67,6 +68,7 @@ class Ledger(Capability, ABC):
         another holds a live one. The same holder may take it again (that renews it)."""
         action = "take a lease"
         span = self._check_lease(thread_id, holder, ttl, action)
+        self.store.refuse_erased(thread_id, action)
         now = self.store.clock()
         return self._acquire(thread_id, holder, run_id, now, _after(now, span, action))
 

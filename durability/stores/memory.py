@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from durability.clock import to_micros
 from durability.errors import CheckpointConflict, LeaseHeld, LeaseLost
-from durability.model import Deleted, Lease, ThreadRecord
+from durability.model import Deleted, Lease, ThreadRecord, Tombstone
 from durability.settings import Retention
 from durability.stores import rows
 from durability.stores.base import Store, ThreadPage, conflict_message
@@ -33,6 +33,7 @@ from durability.stores.scans import (
     row_scalars,
     thread_row,
 )
+from durability.stores.tombstones import Tombstones, new_secret
 
 
 @dataclass
@@ -57,6 +58,8 @@ class _Data:
         default_factory=dict
     )
     ledger: dict[str, _LedgerRow] = field(default_factory=dict)
+    secret: str = field(default_factory=new_secret)
+    tombstones: dict[str, Tombstone] = field(default_factory=dict)
 
 
 _ORDER = {
@@ -83,6 +86,7 @@ class MemoryStore(Store):
             self._data = _Data()
         self.ledger = MemoryLedger(self)
         self.scans = MemoryScans(self)
+        self.tombstones = MemoryTombstones(self)
 
     def _setup(self) -> None:
         pass
@@ -103,12 +107,14 @@ class MemoryStore(Store):
             d.ids.clear()
             d.writes.clear()
             d.ledger.clear()
+            d.tombstones.clear()
 
     # ------------------------------------------------------------------ checkpoints
 
     def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
         d = self._data
         with d.lock:
+            self._refuse_erased({r.thread_id for r in rows}, "put a checkpoint")
             keys = [(r.thread_id, r.namespace, r.checkpoint_id) for r in rows]
             for key in keys:
                 if key in d.ids or keys.count(key) > 1:
@@ -129,8 +135,18 @@ class MemoryStore(Store):
         rows.sort(key=key, reverse=reverse)
         return rows if query.limit is None else rows[: query.limit]
 
+    def _refuse_erased(self, thread_ids: set[str], action: str) -> None:
+        """Refuse a write to a tombstoned thread (called under the lock)."""
+        if self._data.tombstones:
+            assert self.tombstones is not None
+            for thread_id in thread_ids:
+                stone = self._data.tombstones.get(self.tombstones.hash_of(thread_id))
+                if stone is not None:
+                    raise self.tombstones.refusal(thread_id, action, stone)
+
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         with self._data.lock:
+            self._refuse_erased({w.thread_id for w in rows}, "store a pending write")
             for w in rows:
                 bucket = self._data.writes.setdefault(
                     (w.thread_id, w.namespace, w.checkpoint_id), {}
@@ -269,6 +285,34 @@ class MemoryLedger(Ledger):
             row = self.store._data.ledger.get(thread_id)
             if row is not None and row.lease is not None and row.lease.holder == holder:
                 row.lease = None
+
+
+class MemoryTombstones(Tombstones):
+    """The memory store's tombstones: a dict by keyed hash, under the store's lock."""
+
+    store: MemoryStore
+
+    def _load_secret(self) -> str:
+        return self.store._data.secret
+
+    def _get(self, thread_id: str, digest: str) -> Tombstone | None:
+        with self.store._data.lock:
+            return self.store._data.tombstones.get(digest)
+
+    def _bury(self, thread_id: str, stone: Tombstone) -> Tombstone:
+        with self.store._data.lock:
+            return self.store._data.tombstones.setdefault(stone.hash, stone)
+
+    def _lift(self, thread_id: str, digest: str) -> bool:
+        with self.store._data.lock:
+            return self.store._data.tombstones.pop(digest, None) is not None
+
+    def _count(self) -> int:
+        return len(self.store._data.tombstones)
+
+    def _all(self) -> list[Tombstone]:
+        with self.store._data.lock:
+            return list(self.store._data.tombstones.values())
 
 
 class MemoryScans(Scans):

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from durability import codec
+from durability.crypto.format import ENVELOPE_PREFIX, Sealed
 from durability.model import Checkpoint, PendingWrite
 
 #: The ids that address a checkpoint and its run.
@@ -91,9 +92,11 @@ class EncodedCheckpoint:
         """Encode ``cp``; refusals name the field.
 
         ``checkpoint_id`` and ``created_at``, when given, replace the checkpoint's own (a
-        store fills them); the result must have both.
+        store fills them); the result must have both. A :class:`~durability.crypto.Sealed`
+        state is kept as its envelope (a restore carries ciphertext untouched).
         """
-        texts = [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS]
+        texts = [_state_text(cp.state)]  # first: a refusal names the state before the rest
+        texts += [codec.dumps(getattr(cp, name), path=name) for name in PAYLOAD_FIELDS[1:]]
         state, node_input, node_output, counters, context, metadata = texts
         created_at = created_at or cp.created_at
         assert created_at is not None
@@ -123,9 +126,14 @@ class EncodedCheckpoint:
             sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
         )
 
-    def decode(self) -> Checkpoint:
-        """The checkpoint this row holds; a payload that cannot be read back fails the read."""
+    def decode(self, state: str | None = None) -> Checkpoint:
+        """The checkpoint this row holds; a payload that cannot be read back fails the read.
+
+        ``state`` replaces the stored state text (the opened one of a sealed row); a sealed
+        state left unopened comes back as :class:`~durability.crypto.Sealed`.
+        """
         loads = codec.loads
+        text = self.state if state is None else state
         return Checkpoint(
             thread_id=self.thread_id,
             namespace=self.namespace,
@@ -143,7 +151,7 @@ class EncodedCheckpoint:
             interrupt_reason=self.interrupt_reason,
             created_at=self.created_at,
             project_id=self.project_id,
-            state=loads(self.state, path="state"),
+            state=Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state"),
             node_input=loads(self.node_input, path="node_input"),
             node_output=loads(self.node_output, path="node_output"),
             iteration_counters=loads(self.iteration_counters, path="iteration_counters"),
@@ -180,8 +188,10 @@ class EncodedWrite:
     value: str
     task_path: str
 
-    def decode(self) -> PendingWrite:
-        """The pending write this row holds."""
+    def decode(self, value: str | None = None) -> PendingWrite:
+        """The pending write this row holds (``value``: the opened text of a sealed one; a
+        sealed value left unopened comes back as :class:`~durability.crypto.Sealed`)."""
+        text = self.value if value is None else value
         return PendingWrite(
             thread_id=self.thread_id,
             namespace=self.namespace,
@@ -189,7 +199,9 @@ class EncodedWrite:
             task_id=self.task_id,
             idx=self.idx,
             channel=self.channel,
-            value=codec.loads(self.value, path=f"writes[{self.task_id!r}, {self.idx}]"),
+            value=Sealed(text)
+            if text.startswith(ENVELOPE_PREFIX)
+            else codec.loads(text, path=f"writes[{self.task_id!r}, {self.idx}]"),
             task_path=self.task_path,
         )
 
@@ -207,6 +219,10 @@ class EncodedWrite:
             value,
             w.task_path,
         )
+
+
+def _state_text(state: object) -> str:
+    return state.text if type(state) is Sealed else codec.dumps(state, path="state")
 
 
 #: The stored fields of a pending write, in order.

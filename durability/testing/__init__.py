@@ -21,12 +21,15 @@ several claimers are exercised. The checks are grouped by what they exercise:
 ``parks``     the park rules and one-winner claims
 ``outbox``    replication state and connection records
 ``processes`` several processes, and server connections dropped under the store
+``tombstones`` erased threads: every later write refused, on every handle
+``encryption`` sealed state: round-trip, row binding, fail-closed reads, rotation
+              (needs the ``crypto`` extra)
 ============  ===================================================================
 """
 
 from __future__ import annotations
 
-from durability.testing import core, ledger, outbox, parks, processes
+from durability.testing import core, encryption, ledger, outbox, parks, processes, tombstones
 from durability.testing.suite import (
     CHECKS,
     START,
@@ -45,13 +48,17 @@ CORE_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == core.__name__]
 #: The checks of each opt-in capability, by the attribute that holds it on a store.
 CAPABILITY_CHECKS: dict[str, list[Check]] = {
     module.__name__.rpartition(".")[2]: [c for c in CHECKS if c.__module__ == module.__name__]
-    for module in (ledger, parks, outbox)
+    for module in (ledger, parks, outbox, tombstones)
 }
+
+#: The checks of customer-held encryption (a store opened with ``keyring=``).
+ENCRYPTION_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == encryption.__name__]
 
 __all__ = [
     "CAPABILITY_CHECKS",
     "CHECKS",
     "CORE_CHECKS",
+    "ENCRYPTION_CHECKS",
     "HOSTILE_IDS",
     "START",
     "Check",

@@ -49,6 +49,7 @@ _NEEDS: dict[str, Callable[[StoreTarget, Store], bool]] = {
     "ledger": lambda _target, store: store.ledger is not None,
     "can_park": lambda _target, store: store.capabilities.can_park,
     "outbox": lambda _target, store: store.outbox is not None,
+    "tombstones": lambda _target, store: store.tombstones is not None,
 }
 
 
@@ -60,7 +61,7 @@ def check(fn: Check) -> Check:
 
 def requires(*needs: str) -> Callable[[Check], Check]:
     """Mark a check as needing ``needs`` (any of ``cross_process``, ``kill_connections``,
-    ``ledger``, ``can_park``, ``outbox``)."""
+    ``ledger``, ``can_park``, ``outbox``, ``tombstones``)."""
     unknown = set(needs) - set(_NEEDS)
     if unknown:
         raise ValueError(f"unknown needs {sorted(unknown)}; use some of {sorted(_NEEDS)}")

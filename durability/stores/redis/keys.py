@@ -17,12 +17,14 @@ cluster slot:
 ``P{T}:sy``    hash: outbox state of rows the plane has
 ``P{T}:od``    hash: ``seq`` → document of every row the plane does not have yet
 ``P{T}:os``    hash: outbox state of those rows (attempts, errors, quarantine)
+``P{T}:e``     hash: the thread's tombstone once erased (keyed hash, time, who; never expires)
 =============  =====================================================================
 
 Keys that cannot share the thread's slot live under ``P{g}:`` (one slot): ``threads`` (paging),
 ``finished`` (due time, for the sweep), ``parks`` (deadline), ``outbox`` and ``quarantine``
-(write time), ``connections``, ``format`` (the generation), ``history`` (what released rows
-spent pending before their quarantine). They are written after the thread's
+(write time), ``connections``, ``format`` (the generation), ``tombstones`` (erase time, for
+counting and listing them), ``erasure_secret`` and ``history`` (what released rows spent
+pending before their quarantine). They are written after the thread's
 script, and any of them may miss an entry after a crash between the two steps, or hold one
 its thread no longer supports. The thread's keys are the truth; the indexes are repaired (see
 :mod:`durability.stores.redis.reconcile`).
@@ -64,6 +66,10 @@ class GlobalKeys:
     drains: str
     #: The sweep lock (one sweep per store).
     sweep_lock: str
+    #: Tombstoned threads' tags by erase time (the tombstones themselves are in their slots).
+    tombstones: str
+    #: The store's erasure secret (kept through a reset).
+    erasure_secret: str
     #: A list: the spans released rows spent pending before their quarantine (JSON, anonymous).
     history: str
 

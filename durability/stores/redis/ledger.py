@@ -137,6 +137,9 @@ class RedisParks(Parks):
             *docs.row_args(row, docs.doc(row)),
         ]
         out = self.store.eval("park a run", "park", tag, args)
+        if out[0] == b"erased":
+            assert self.store.tombstones is not None
+            raise self.store.tombstones.refusal(park.thread_id, "park a run")
         if out[0] == b"park_exists":
             raise ParkRefused(park_exists_message(park.thread_id))
         if out[0] == b"conflict":

@@ -19,7 +19,7 @@ import functools
 from importlib import resources
 
 #: The thread's keys, in the order every script receives them.
-THREAD_KEYS = ("m", "c", "i", "s", "x", "w", "wx", "p", "sy", "od", "os", "ix")
+THREAD_KEYS = ("m", "c", "i", "s", "x", "w", "wx", "p", "sy", "od", "os", "ix", "e")
 
 
 def _file(name: str) -> str:

@@ -54,6 +54,7 @@ from durability.stores.redis.ledger import RedisLedger, RedisParks
 from durability.stores.redis.outbox import RedisOutbox
 from durability.stores.redis.scans import RedisScans
 from durability.stores.redis.scripts import THREAD_KEYS, source
+from durability.stores.redis.tombstones import RedisTombstones
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
 
 T = TypeVar("T")
@@ -131,6 +132,7 @@ class RedisStore(Store):
         self.parks = RedisParks(self)
         self.outbox = RedisOutbox(self)
         self.scans = RedisScans(self)
+        self.tombstones: RedisTombstones = RedisTombstones(self)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -336,6 +338,8 @@ class RedisStore(Store):
         def call(_retry: bool) -> None:
             batch: list[bytes] = []
             for key in self.scan_keys("*"):
+                if key.decode() == self.keys.erasure_secret:
+                    continue  # kept: other handles on the store hold it already
                 batch.append(key)
                 if len(batch) >= 500:
                     self._unlink(batch)
@@ -361,6 +365,8 @@ class RedisStore(Store):
         if len(groups) > 1:
             # Atomic per thread (each thread is its own slot); refuse before writing any.
             self._check_unstored(rows, groups)
+            for members in groups.values():
+                self.tombstones.refuse(rows[members[0]].thread_id, "put checkpoints")
         calls = []
         for tag, members in groups.items():
             args: list[Any] = ["1" if synced else "0", rows[members[0]].thread_id, len(members)]
@@ -373,6 +379,8 @@ class RedisStore(Store):
         seqs: list[int] = [0] * len(rows)
         add = IndexOps()
         for (tag, members), result in zip(groups.items(), results, strict=True):
+            if result[0] == b"erased":
+                raise self.tombstones.refusal(rows[members[0]].thread_id, "put a checkpoint")
             if result[0] == b"conflict":
                 row = rows[members[int(result[1])]]
                 raise CheckpointConflict(
@@ -464,7 +472,10 @@ class RedisStore(Store):
             for w in writes:
                 args += [w.namespace, w.checkpoint_id, w.task_id, str(w.idx), docs.write_doc(w)]
             calls.append((tag, args))
-        self.eval_many("store pending writes", "put_writes", calls)
+        results = self.eval_many("store pending writes", "put_writes", calls)
+        for (_tag, args), result in zip(calls, results, strict=True):
+            if result == b"erased":
+                raise self.tombstones.refusal(str(args[0]), "store a pending write")
         self.index("index a thread", add=IndexOps(threads=dict.fromkeys(groups, 0)))
 
     def _select_writes(

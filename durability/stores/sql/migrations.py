@@ -16,7 +16,6 @@ from sqlalchemy.engine import Connection as SAConnection
 from durability.stores.sql.schema import (
     BY_ID_INDEX,
     KEY_INDEXES,
-    OUTBOX_INDEXES,
     SWEEP_INDEX,
     checkpoint_table,
     checkpoints,
@@ -24,10 +23,40 @@ from durability.stores.sql.schema import (
     meta_table,
     migrations_table,
     outbox_history,
+    outbox_table,
     parks,
     sweep_lock_table,
+    synced_table,
     threads,
+    tombstones,
     writes,
+)
+
+#: The checkpoints table as versions 2 to 9 left it, its outbox state in columns of its own.
+_WITH_OUTBOX = checkpoint_table(sa.MetaData(), outbox=True)
+_NOT_SYNCED = sa.not_(_WITH_OUTBOX.c.synced)
+_QUARANTINED = _WITH_OUTBOX.c.sync_error.isnot(None)
+#: Versions 2 and 3's partial indexes of pending and quarantined rows (dropped by version 10).
+_OUTBOX_INDEXES = (
+    sa.Index(
+        "ix_durability_outbox",
+        _WITH_OUTBOX.c.seq,
+        sqlite_where=_NOT_SYNCED,
+        postgresql_where=_NOT_SYNCED,
+    ),
+    sa.Index(
+        "ix_durability_outbox_project",
+        _WITH_OUTBOX.c.project_id,
+        _WITH_OUTBOX.c.seq,
+        sqlite_where=_NOT_SYNCED,
+        postgresql_where=_NOT_SYNCED,
+    ),
+    sa.Index(
+        "ix_durability_quarantine",
+        _WITH_OUTBOX.c.seq,
+        sqlite_where=_QUARANTINED,
+        postgresql_where=_QUARANTINED,
+    ),
 )
 
 
@@ -67,7 +96,7 @@ def _outbox(conn: SAConnection) -> None:
             _add_column(conn, checkpoints, name, ddl)
     # New rows are inserted with synced = false explicitly; the TRUE default marks old rows.
     create(conn, connections)
-    for index in OUTBOX_INDEXES:
+    for index in _OUTBOX_INDEXES:
         conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
@@ -149,12 +178,88 @@ def _sweep_lock(conn: SAConnection) -> None:
     create(conn, sweep_lock_table)
 
 
+def _tombstones(conn: SAConnection) -> None:
+    """Version 10: erased threads' tombstones, which every put checks (see ``Store.erase``)."""
+    create(conn, tombstones)
+
+
+def _outbox_tables(conn: SAConnection) -> None:
+    """Version 11: the outbox state moves to narrow tables of its own, kept by triggers.
+
+    A pending or quarantined row is a row of ``durability_outbox`` (inserted with its
+    checkpoint by a trigger); an acknowledgement moves it to ``durability_synced`` (when, after
+    how many attempts); deleting a checkpoint deletes both (a trigger, so every delete path of
+    every version keeps them in step). The drain then writes a few narrow rows per batch instead
+    of rewriting every 2 KB checkpoint to flip its flags. The state of existing rows is copied
+    (pending and quarantined through their partial indexes); the old columns stay unused on
+    SQLite until the table is rebuilt, and are dropped on Postgres (a catalog change there).
+    """
+    create(conn, outbox_table)
+    create(conn, synced_table)
+    table = _qualified(conn, checkpoints.name)
+    unsent = "synced = 0" if conn.dialect.name == "sqlite" else "NOT synced"
+    copy = (
+        f"INSERT INTO {_qualified(conn, outbox_table.name)} "  # noqa: S608
+        "(seq, project_id, attempts, last_error, sync_error, synced_at) "
+        "SELECT seq, project_id, attempts, last_error, sync_error, synced_at FROM {table} "
+    )
+    conn.exec_driver_sql(copy.format(table=table) + f"WHERE {unsent}")
+    conn.exec_driver_sql(
+        copy.format(table=table) + f"WHERE sync_error IS NOT NULL AND NOT ({unsent})"
+    )
+    conn.exec_driver_sql(
+        f"INSERT INTO {_qualified(conn, synced_table.name)} (seq, synced_at, attempts, last_error) "  # noqa: S608
+        f"SELECT seq, synced_at, attempts, last_error FROM {table} WHERE synced "
+        "AND sync_error IS NULL AND (synced_at IS NOT NULL OR attempts > 0)"
+    )
+    _drop_indexes(conn, *(index.name for index in _OUTBOX_INDEXES if index.name))
+    if conn.dialect.name == "postgresql":
+        for name in ("synced", "sync_error", "attempts", "last_error", "synced_at"):
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN IF EXISTS {name}")
+    for statement in outbox_triggers(conn):
+        conn.exec_driver_sql(statement)
+
+
+def outbox_triggers(conn: SAConnection) -> list[str]:
+    """The statements (re)creating the triggers that keep the outbox tables in step with the
+    checkpoints table: a put inserts its outbox row, a delete removes both records."""
+    table, box, done = (_qualified(conn, t.name) for t in (checkpoints, outbox_table, synced_table))
+    if conn.dialect.name == "sqlite":
+        return [
+            "DROP TRIGGER IF EXISTS durability_outbox_put",
+            "DROP TRIGGER IF EXISTS durability_outbox_delete",
+            f"CREATE TRIGGER durability_outbox_put AFTER INSERT ON {table} BEGIN "  # noqa: S608
+            f"INSERT INTO {box} (seq, project_id) VALUES (new.seq, new.project_id); END",
+            f"CREATE TRIGGER durability_outbox_delete AFTER DELETE ON {table} BEGIN "  # noqa: S608
+            f"DELETE FROM {box} WHERE seq = old.seq; DELETE FROM {done} WHERE seq = old.seq; END",
+        ]
+    # Postgres: statement triggers over the transition tables, one set-based statement each.
+    put, delete = (_qualified(conn, f"durability_outbox_{name}") for name in ("put", "delete"))
+    return [
+        f"CREATE OR REPLACE FUNCTION {put}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "  # noqa: S608
+        f"INSERT INTO {box} (seq, project_id) SELECT seq, project_id FROM added; "
+        "RETURN NULL; END $$",
+        f"CREATE OR REPLACE FUNCTION {delete}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "  # noqa: S608
+        f"DELETE FROM {box} AS o USING gone WHERE o.seq = gone.seq; "
+        f"DELETE FROM {done} AS s USING gone WHERE s.seq = gone.seq; "
+        "RETURN NULL; END $$",
+        f"DROP TRIGGER IF EXISTS durability_outbox_put ON {table}",
+        f"DROP TRIGGER IF EXISTS durability_outbox_delete ON {table}",
+        f"CREATE TRIGGER durability_outbox_put AFTER INSERT ON {table} "
+        f"REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION {put}()",
+        f"CREATE TRIGGER durability_outbox_delete AFTER DELETE ON {table} "
+        f"REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION {delete}()",
+    ]
+
+
 def _outbox_history(conn: SAConnection) -> None:
-    """Version 10: a released row is pending again from its release (``pending_since``), and
-    the span it was pending before its quarantine is kept in its own table, so releasing rows
-    never changes the backlog of days past."""
-    if "pending_since" not in _columns_of(conn, "durability_checkpoints"):
-        _add_column(conn, checkpoints, "pending_since", "BIGINT")
+    """Version 12: a released row is pending again from its release (``pending_since``, in the
+    outbox and, after the ack, in the synced record), and the span it was pending before its
+    quarantine is kept in a table of its own, so a release never changes the backlog of days
+    past (decision 0071)."""
+    for table in (outbox_table, synced_table):
+        if "pending_since" not in _columns_of(conn, table.name):
+            _add_column(conn, table, "pending_since", "BIGINT")
     create(conn, outbox_history)
 
 
@@ -169,6 +274,8 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread-first key indexes", _thread_first_keys),
     ("drain heartbeats", _drain_heartbeat),
     ("sweep lock", _sweep_lock),
+    ("tombstones", _tombstones),
+    ("outbox tables", _outbox_tables),
     ("outbox history", _outbox_history),
 )
 

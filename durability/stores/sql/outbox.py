@@ -1,7 +1,10 @@
-"""The SQL store's outbox: the replication columns of the checkpoints table, and connection records.
+"""The SQL store's outbox: the ``durability_outbox`` and ``durability_synced`` tables, and
+connection records.
 
-A pending row is ``synced = false``; the drain's fetch reads a partial index that holds only
-those rows, by project and ``seq``.
+A pending or quarantined checkpoint has a narrow row in ``durability_outbox`` (a trigger adds
+it with the checkpoint); an acknowledgement moves it to ``durability_synced``. The drain reads
+the outbox in ``seq`` order joined to the checkpoints by primary key, and never rewrites a
+checkpoint row.
 """
 
 from __future__ import annotations
@@ -26,37 +29,57 @@ from durability.stores.outbox import (
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
-    NOT_SYNCED_SQL,
     checkpoints,
     connections,
     micros,
-    not_synced,
     outbox_history,
-    quarantined,
+    outbox_table,
+    synced_table,
+    thread_key,
     time_of,
-    where_thread,
 )
 from durability.stores.sql.statements import encoded
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
 
-_ENTRY_COLUMNS = (
-    "thread_id",
-    "checkpoint_id",
-    "namespace",
-    "seq",
-    "project_id",
-    "created_at",
-    "size_bytes",
-    "synced",
-    "sync_error",
-    "attempts",
-    "last_error",
-    "synced_at",
-    "step_type",
-    "pending_since",
-)
+#: An entry's columns over ``checkpoints c LEFT JOIN outbox o LEFT JOIN synced s`` (by seq).
+ENTRY_SQL = {
+    "thread_id": "c.thread_id",
+    "checkpoint_id": "c.checkpoint_id",
+    "namespace": "c.namespace",
+    "seq": "c.seq",
+    "project_id": "c.project_id",
+    "created_at": "c.created_at",
+    "size_bytes": "c.size_bytes",
+    "synced": "(o.seq IS NULL OR o.sync_error IS NOT NULL)",
+    "sync_error": "o.sync_error",
+    "attempts": "COALESCE(o.attempts, s.attempts, 0)",
+    "last_error": "CASE WHEN o.seq IS NULL THEN s.last_error ELSE o.last_error END",
+    "synced_at": "COALESCE(o.synced_at, s.synced_at)",
+    "step_type": "c.step_type",
+    "pending_since": "CASE WHEN o.seq IS NULL THEN s.pending_since ELSE o.pending_since END",
+}
+_ENTRY_COLUMNS = tuple(ENTRY_SQL)
+#: Which rows of the join each state is.
+_STATE_SQL = {
+    "pending": "o.seq IS NOT NULL AND o.sync_error IS NULL",
+    "synced": "o.seq IS NULL",
+    "quarantined": "o.sync_error IS NOT NULL",
+}
+
+
+def entry_join(table: str, outbox: str, synced: str, *, unsent: bool = False) -> str:
+    """``FROM`` the checkpoints, each with its outbox row and synced record (if any);
+    ``unsent``: only the rows of the outbox, read from it."""
+    first = f"{outbox} o JOIN {table} c" if unsent else f"{table} c LEFT JOIN {outbox} o"
+    return f"FROM {first} ON o.seq = c.seq LEFT JOIN {synced} s ON s.seq = c.seq"
+
+
+def tables_of(store: SQLStore) -> tuple[str, str, str]:
+    """The checkpoints, outbox and synced tables' qualified names, for driver SQL."""
+    db = store.db
+    return (store.sql.table, db.table(outbox_table.name), db.table(synced_table.name))
 
 
 class SQLOutbox(Outbox):
@@ -68,60 +91,70 @@ class SQLOutbox(Outbox):
     def _fetch(
         self, limit: int, project_id: str | None, exclude: Collection[RowKey]
     ) -> list[EncodedCheckpoint]:
-        # Driver SQL: compiling the statement and mapping rows through the ORM-level layer
-        # cost more than the query for a batch of 2 KB rows. The predicate is the outbox
-        # index's own, as each dialect renders it, so SQLite matches the partial index; the
-        # excluded seqs are filtered on that index, so their rows are never read. A pooled
-        # connection, not the thread's own (`execute`): the drain thread may still be reading
-        # when another thread closes the store, and closing a SQLite connection that is in use
-        # crashes the process, whereas a checked-out pooled one is only closed when returned.
+        # The outbox in seq order, each row's checkpoint by primary key; excluded seqs are
+        # filtered on the outbox, so their checkpoints are never read. A pooled connection, not
+        # the thread's own (`execute`): the drain thread may still be reading when another
+        # thread closes the store, and closing a SQLite connection in use crashes the process,
+        # whereas a checked-out pooled one is only closed when returned.
         sql, db = self.store.sql, self.store.db
-        where = NOT_SYNCED_SQL[db.sqlite]
+        table, box, _ = tables_of(self.store)
+        where = "o.sync_error IS NULL"
         params: list[Any] = []
         if project_id is not None:
-            where += f" AND project_id = {sql.mark}"
+            where += f" AND o.project_id = {sql.mark}"
             params.append(project_id)
         if exclude:
-            where += f" AND seq NOT IN ({', '.join([sql.mark] * len(exclude))})"
+            where += f" AND o.seq NOT IN ({', '.join([sql.mark] * len(exclude))})"
             params.extend(seq for _, seq in exclude)
         params.append(limit)
-        query = f"SELECT {sql.columns} FROM {sql.table} WHERE {where} ORDER BY seq LIMIT {sql.mark}"  # noqa: S608
+        query = (
+            f"SELECT {sql.qualified_columns} FROM {box} o JOIN {table} c ON c.seq = o.seq "  # noqa: S608
+            f"WHERE {where} ORDER BY o.seq LIMIT {sql.mark}"
+        )
         with db.one("read the outbox") as conn:
             return [encoded(r) for r in conn.exec_driver_sql(query, tuple(params))]
 
-    @reconnecting
-    def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
+    def _acknowledge(self, keys: list[RowKey], now: datetime, *, attempt: bool) -> None:
+        """Move these rows from the outbox to their synced records (``attempt``: count one more
+        attempt, and clear the last error, as a send that went through does)."""
+        _, box, done = tables_of(self.store)
+        mark = self.store.sql.mark
+        attempts, error = ("attempts + 1", "NULL") if attempt else ("attempts", "last_error")
         with self.store.db.write("mark rows synced") as conn:
             for chunk in chunks([seq for _, seq in keys]):
-                conn.execute(
-                    checkpoints.update()
-                    .where(checkpoints.c.seq.in_(chunk))
-                    .values(synced=True, sync_error=None, synced_at=to_micros(now))
+                marks = ", ".join([mark] * len(chunk))
+                conn.exec_driver_sql(
+                    f"INSERT INTO {done} (seq, synced_at, attempts, last_error, pending_since) "  # noqa: S608
+                    f"SELECT seq, {mark}, {attempts}, {error}, pending_since FROM {box} "
+                    f"WHERE seq IN ({marks}) "
+                    "ON CONFLICT (seq) DO UPDATE SET synced_at = excluded.synced_at, "
+                    "attempts = excluded.attempts, last_error = excluded.last_error, "
+                    "pending_since = excluded.pending_since",
+                    (to_micros(now), *chunk),
+                )
+                conn.exec_driver_sql(
+                    f"DELETE FROM {box} WHERE seq IN ({marks})",  # noqa: S608
+                    tuple(chunk),
                 )
 
     @reconnecting
+    def _mark_synced(self, keys: list[RowKey], now: datetime) -> None:
+        self._acknowledge(keys, now, attempt=False)
+
+    @reconnecting
     def _mark_sent(self, keys: list[RowKey], now: datetime) -> None:
-        # One UPDATE instead of record_attempt's and mark_synced's: SQLite rewrites a whole
-        # 2 KB row to change a flag, so the drain's second UPDATE cost as much as its first.
-        # Driver SQL: SQLAlchemy's expansion of a 500-value IN list was a tenth of the drain.
-        mark, table = self.store.sql.mark, self.store.sql.table
-        with self.store.db.write("mark rows synced") as conn:
-            for chunk in chunks([seq for _, seq in keys]):
-                conn.exec_driver_sql(
-                    f"UPDATE {table} SET synced = {mark}, sync_error = NULL, synced_at = {mark}, "  # noqa: S608
-                    f"attempts = attempts + 1, last_error = NULL "
-                    f"WHERE seq IN ({', '.join([mark] * len(chunk))})",
-                    (True, to_micros(now), *chunk),
-                )
+        # One transaction for record_attempt's and mark_synced's writes: a few narrow rows.
+        self._acknowledge(keys, now, attempt=True)
 
     @reconnecting
     def _mark_quarantined(self, reasons: dict[RowKey, str], now: datetime) -> None:
         if not reasons:
             return
+        o = outbox_table.c
         stmt = (
-            checkpoints.update()
-            .where(checkpoints.c.seq == sa.bindparam("row_seq"))
-            .values(synced=True, sync_error=sa.bindparam("reason"), synced_at=to_micros(now))
+            outbox_table.update()
+            .where(o.seq == sa.bindparam("row_seq"))
+            .values(sync_error=sa.bindparam("reason"), synced_at=to_micros(now))
         )
         with self.store.db.write("quarantine rows") as conn:
             conn.execute(
@@ -129,28 +162,28 @@ class SQLOutbox(Outbox):
             )
 
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
+        o = outbox_table.c
         with self.store.db.write("record a send attempt") as conn:
             for chunk in chunks([seq for _, seq in keys]):
                 conn.execute(
-                    checkpoints.update()
-                    .where(checkpoints.c.seq.in_(chunk))
-                    .values(attempts=checkpoints.c.attempts + 1, last_error=error)
+                    outbox_table.update()
+                    .where(o.seq.in_(chunk))
+                    .values(attempts=o.attempts + 1, last_error=error)
                 )
 
     @reconnecting
     def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
         # One transaction: the spans the rows were pending are kept, then the rows reopened.
+        o = outbox_table.c
         at = to_micros(now)
-        reopen = checkpoints.update().values(
-            synced=False, sync_error=None, synced_at=None, pending_since=at
-        )
+        reopen = outbox_table.update().values(sync_error=None, synced_at=None, pending_since=at)
         with self.store.db.write("release quarantined rows") as conn:
             if keys is None:
-                conn.execute(_keep_spans(at, quarantined))
-                return int(conn.execute(reopen.where(quarantined)).rowcount)
+                conn.execute(_keep_spans(at, o.sync_error.isnot(None)))
+                return int(conn.execute(reopen.where(o.sync_error.isnot(None))).rowcount)
             total = 0
             for chunk in chunks([seq for _, seq in keys]):
-                chosen = sa.and_(quarantined, checkpoints.c.seq.in_(chunk))
+                chosen = sa.and_(o.sync_error.isnot(None), o.seq.in_(chunk))
                 conn.execute(_keep_spans(at, chosen))
                 total += conn.execute(reopen.where(chosen)).rowcount
             return total
@@ -174,37 +207,43 @@ class SQLOutbox(Outbox):
 
     @reconnecting
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
-        c = checkpoints.c
-        select = sa.select(*(c[name] for name in _ENTRY_COLUMNS)).order_by(c.seq)
-        state_clause = {
-            "pending": (not_synced,),
-            "synced": (c.synced, c.sync_error.is_(None)),
-            "quarantined": (quarantined,),
-        }
+        table, box, done = tables_of(self.store)
+        mark = self.store.sql.mark
+        where: list[str] = []
+        params: list[Any] = []
         if query.state is not None:
-            select = select.where(*state_clause[query.state])
+            where.append(_STATE_SQL[query.state])
         if query.project_id is not None:
-            select = select.where(c.project_id == query.project_id)
+            where.append(f"c.project_id = {mark}")
+            params.append(query.project_id)
         if query.thread_id is not None:
-            select = select.where(*where_thread(query.thread_id))
+            where.append(f"c.tkey = {mark} AND c.thread_id = {mark}")
+            params += [thread_key(query.thread_id), query.thread_id]
         if query.after_seq is not None:
-            select = select.where(c.seq > query.after_seq)
+            where.append(f"c.seq > {mark}")
+            params.append(query.after_seq)
+        unsent = query.state in ("pending", "quarantined")
+        sql = (
+            f"SELECT {', '.join(ENTRY_SQL.values())} {entry_join(table, box, done, unsent=unsent)}"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY c.seq"
         if query.limit is not None:
-            select = select.limit(query.limit)
+            sql += f" LIMIT {mark}"
+            params.append(query.limit)
         with self.store.db.one("read the outbox") as conn:
-            return [_entry(r) for r in conn.execute(select)]
+            return [_entry(r) for r in conn.exec_driver_sql(sql, tuple(params))]
 
     @reconnecting
     def _unreplicated(self) -> dict[str, int]:
-        c = checkpoints.c
-        counts: dict[str, int] = {}
-        with self.store.db.read("read the outbox") as conn:
-            # Two queries, each answered from its partial index (pending rows, quarantined rows).
-            for where in (not_synced, quarantined):
-                query = sa.select(c.thread_id, sa.func.count()).where(where).group_by(c.thread_id)
-                for thread_id, n in conn.execute(query):
-                    counts[thread_id] = counts.get(thread_id, 0) + int(n)
-        return counts
+        table, box, _ = tables_of(self.store)
+        query = (
+            f"SELECT c.thread_id, COUNT(*) FROM {box} o JOIN {table} c ON c.seq = o.seq "  # noqa: S608
+            "GROUP BY c.thread_id"
+        )
+        with self.store.db.one("read the outbox") as conn:
+            return {thread_id: int(n) for thread_id, n in conn.exec_driver_sql(query)}
 
     @reconnecting
     def _record_connection(self, connection: ConnectionRecord) -> None:
@@ -257,41 +296,43 @@ class SQLOutbox(Outbox):
 
     @reconnecting
     def _summary(self) -> list[OutboxSummary]:
-        # Driver SQL with the partial indexes' own predicates, so neither read touches a
-        # synced row (metrics scrape this).
-        table, db = self.store.sql.table, self.store.db
-        pending = (
-            f"SELECT project_id, COUNT(*), SUM(size_bytes), MIN(created_at) FROM {table} "  # noqa: S608
-            f"WHERE {NOT_SYNCED_SQL[db.sqlite]} GROUP BY project_id"
-        )
-        quarantined = (
-            f"SELECT project_id, COUNT(*) FROM {table} WHERE sync_error IS NOT NULL "  # noqa: S608
-            "GROUP BY project_id"
+        # The outbox's rows alone (metrics scrape this): never a synced row.
+        table, box, _ = tables_of(self.store)
+        query = (
+            "SELECT o.project_id, o.sync_error IS NULL, COUNT(*), SUM(c.size_bytes), "  # noqa: S608
+            f"MIN(c.created_at) FROM {box} o JOIN {table} c ON c.seq = o.seq "
+            "GROUP BY o.project_id, o.sync_error IS NULL"
         )
         totals: dict[str, dict[str, Any]] = {}
-        with db.one("summarise the outbox") as conn:
-            for project, rows, size, oldest in conn.exec_driver_sql(pending):
-                totals.setdefault(project, {}).update(
-                    pending=int(rows),
-                    pending_bytes=int(size or 0),
-                    oldest_pending_at=time_of(oldest),
-                )
-            for project, rows in conn.exec_driver_sql(quarantined):
-                totals.setdefault(project, {})["quarantined"] = int(rows)
+        with self.store.db.one("summarise the outbox") as conn:
+            for project, pending, rows, size, oldest in conn.exec_driver_sql(query):
+                if pending:
+                    totals.setdefault(project, {}).update(
+                        pending=int(rows),
+                        pending_bytes=int(size or 0),
+                        oldest_pending_at=time_of(oldest),
+                    )
+                else:
+                    totals.setdefault(project, {})["quarantined"] = int(rows)
         return [OutboxSummary(p, **t) for p, t in sorted(totals.items())]
 
 
 def _keep_spans(released_at: int, where: Any) -> Any:
-    """``INSERT … SELECT``: the span each row ``where`` chooses was pending, into the history."""
-    c = checkpoints.c
-    span = sa.select(
-        c.project_id,
-        c.created_at,
-        sa.func.coalesce(c.pending_since, c.created_at),
-        sa.func.coalesce(c.synced_at, c.created_at),
-        c.size_bytes,
-        sa.literal(released_at, sa.BigInteger),
-    ).where(where)
+    """``INSERT … SELECT``: the span each outbox row ``where`` chooses was pending, into the
+    history (anonymous: the project, times and size, no id)."""
+    o, c = outbox_table.c, checkpoints.c
+    span = (
+        sa.select(
+            c.project_id,
+            c.created_at,
+            sa.func.coalesce(o.pending_since, c.created_at),
+            sa.func.coalesce(o.synced_at, c.created_at),
+            c.size_bytes,
+            sa.literal(released_at, sa.BigInteger),
+        )
+        .select_from(outbox_table.join(checkpoints, c.seq == o.seq))
+        .where(where)
+    )
     names = [
         "project_id",
         "created_at",
@@ -304,19 +345,9 @@ def _keep_spans(released_at: int, where: Any) -> Any:
 
 
 def _entry(r: Any) -> OutboxEntry:
-    return OutboxEntry(
-        thread_id=r.thread_id,
-        checkpoint_id=r.checkpoint_id,
-        namespace=r.namespace,
-        seq=r.seq,
-        project_id=r.project_id,
-        created_at=from_micros(r.created_at),
-        size_bytes=r.size_bytes,
-        synced=bool(r.synced),
-        sync_error=r.sync_error,
-        attempts=r.attempts,
-        last_error=r.last_error,
-        synced_at=time_of(r.synced_at),
-        step_type=r.step_type,
-        pending_since=time_of(r.pending_since),
-    )
+    e = dict(zip(_ENTRY_COLUMNS, r, strict=True))
+    e["created_at"] = from_micros(e["created_at"])
+    e["synced_at"] = time_of(e["synced_at"])
+    e["pending_since"] = time_of(e["pending_since"])
+    e["synced"] = bool(e["synced"])
+    return OutboxEntry(**e)

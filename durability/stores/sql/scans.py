@@ -25,6 +25,7 @@ from durability.stores.scans import (
     columns_of,
 )
 from durability.stores.sql.engine import reconnecting
+from durability.stores.sql.outbox import ENTRY_SQL, entry_join, tables_of
 from durability.stores.sql.schema import (
     SWEEP_INDEX,
     checkpoints,
@@ -73,10 +74,16 @@ class SQLScans(Scans):
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int
     ) -> Iterator[Columns]:
         db, sql = self.store.db, self.store.sql
-        query = f"SELECT {', '.join(columns)} FROM {sql.table}"  # noqa: S608 - validated names
+        # The outbox state comes from the outbox tables, joined only when it is asked for.
+        names = [ENTRY_SQL[c] if c in ("synced", "sync_error") else f"c.{c}" for c in columns]
+        query = f"SELECT {', '.join(names)} "
+        if {"synced", "sync_error"} & set(columns):
+            query += entry_join(*tables_of(self.store))
+        else:
+            query += f"FROM {sql.table} c"
         params: list[Any] = []
         if thread_id is not None:
-            query += f" WHERE tkey = {db.mark} AND thread_id = {db.mark}"
+            query += f" WHERE c.tkey = {db.mark} AND c.thread_id = {db.mark}"
             params = [thread_key(thread_id), thread_id]
         for rows in db.stream("read checkpoint columns", query, params, chunk_size):
             yield columns_of(columns, rows)
@@ -127,7 +134,8 @@ WHERE t.tkey IS NULL
   ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
 
     def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
-        query = f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM {self.store.sql.table}"  # noqa: S608
+        query = f"SELECT {', '.join(ENTRY_SQL[c] for c in OUTBOX_COLUMNS)} "
+        query += entry_join(*tables_of(self.store))
         for rows in self.store.db.stream("read outbox columns", query, [], chunk_size):
             yield columns_of(OUTBOX_COLUMNS, rows)
 

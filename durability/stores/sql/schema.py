@@ -36,9 +36,6 @@ migrations_table = sa.Table(
     sa.Column("applied_at", sa.BigInteger, nullable=False),
 )
 
-#: The outbox columns of the checkpoints table (added by migration 2).
-OUTBOX_COLUMN_NAMES = ("synced", "sync_error", "attempts", "last_error", "synced_at")
-
 
 def _stored_column(name: str) -> sa.Column[Any]:
     kind = sa.BigInteger if name in INTEGER_FIELDS or name == "created_at" else sa.Text
@@ -46,7 +43,8 @@ def _stored_column(name: str) -> sa.Column[Any]:
 
 
 def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
-    """The checkpoints table; ``outbox=False`` is its shape before migration 2."""
+    """The checkpoints table; ``outbox=True`` is its shape from migration 2 to 9 (the outbox state
+    in its own columns, moved to :data:`outbox_table` and :data:`synced_table` by migration 11)."""
     columns: list[sa.Column[Any]] = [
         sa.Column("seq", BIGINT, primary_key=True, autoincrement=True),
         sa.Column("tkey", KEY, nullable=False),
@@ -60,7 +58,6 @@ def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
             sa.Column("attempts", sa.Integer, nullable=False),
             sa.Column("last_error", sa.Text),
             sa.Column("synced_at", sa.BigInteger),
-            sa.Column("pending_since", sa.BigInteger),
         ]
     # sqlite_autoincrement: never reuse a seq, even after the newest rows are deleted.
     table: sa.Table = sa.Table("durability_checkpoints", md, *columns, sqlite_autoincrement=True)
@@ -69,7 +66,49 @@ def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
     return table
 
 
-checkpoints = checkpoint_table(metadata, outbox=True)
+checkpoints = checkpoint_table(metadata, outbox=False)
+
+#: The rows the plane does not have: pending, or quarantined (``sync_error`` set, with the time
+#: of the refusal in ``synced_at``). A put inserts one (a trigger on the checkpoints table), an
+#: acknowledgement moves it to :data:`synced_table`, and deleting the checkpoint deletes it: narrow
+#: rows, so the drain never rewrites a 2 KB checkpoint to flip a flag.
+outbox_table = sa.Table(
+    "durability_outbox",
+    metadata,
+    sa.Column("seq", BIGINT, primary_key=True, autoincrement=False),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_error", sa.Text),
+    sa.Column("sync_error", sa.Text),
+    sa.Column("synced_at", sa.BigInteger),
+    sa.Column("pending_since", sa.BigInteger),
+)
+
+#: The record an acknowledgement leaves: when the plane took the row, after how many attempts
+#: and the last error met on the way. A checkpoint with neither an outbox row nor a synced
+#: record was written as synced (or before the store replicated).
+synced_table = sa.Table(
+    "durability_synced",
+    metadata,
+    sa.Column("seq", BIGINT, primary_key=True, autoincrement=False),
+    sa.Column("synced_at", sa.BigInteger),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("pending_since", sa.BigInteger),
+)
+
+#: What released rows spent pending before their quarantine (migration 12): anonymous spans.
+outbox_history = sa.Table(
+    "durability_outbox_history",
+    metadata,
+    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("pending_from", sa.BigInteger, nullable=False),
+    sa.Column("pending_until", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("released_at", sa.BigInteger, nullable=False),
+)
 
 writes = sa.Table(
     "durability_writes",
@@ -130,19 +169,6 @@ connections = sa.Table(
 )
 
 #: One sweep per store: the holder of the sweep (SQLite: the lock itself, with an expiry).
-#: What released rows spent pending before their quarantine (migration 10): anonymous spans.
-outbox_history = sa.Table(
-    "durability_outbox_history",
-    metadata,
-    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
-    sa.Column("project_id", sa.Text, nullable=False),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("pending_from", sa.BigInteger, nullable=False),
-    sa.Column("pending_until", sa.BigInteger, nullable=False),
-    sa.Column("size_bytes", sa.BigInteger, nullable=False),
-    sa.Column("released_at", sa.BigInteger, nullable=False),
-)
-
 sweep_lock_table = sa.Table(
     "durability_sweep_lock",
     metadata,
@@ -151,31 +177,19 @@ sweep_lock_table = sa.Table(
     sa.Column("expires_at", sa.Float, nullable=False),
 )
 
-not_synced = sa.not_(checkpoints.c.synced)
-#: ``not_synced`` as driver SQL, by "is SQLite" (the outbox index's predicate, as rendered).
-NOT_SYNCED_SQL = {True: "synced = 0", False: "NOT synced"}
-quarantined = checkpoints.c.sync_error.isnot(None)
-OUTBOX_INDEXES = (
-    sa.Index(
-        "ix_durability_outbox",
-        checkpoints.c.seq,
-        sqlite_where=not_synced,
-        postgresql_where=not_synced,
-    ),
-    sa.Index(
-        "ix_durability_outbox_project",
-        checkpoints.c.project_id,
-        checkpoints.c.seq,
-        sqlite_where=not_synced,
-        postgresql_where=not_synced,
-    ),
-    sa.Index(
-        "ix_durability_quarantine",
-        checkpoints.c.seq,
-        sqlite_where=quarantined,
-        postgresql_where=quarantined,
-    ),
+#: Erased threads, by the keyed hash of their id (no thread id: see ``stores/tombstones.py``).
+tombstones = sa.Table(
+    "durability_tombstones",
+    metadata,
+    sa.Column("ekey", KEY, primary_key=True),
+    sa.Column("erased_at", sa.BigInteger, nullable=False),
+    sa.Column("erased_by", sa.Text, nullable=False),
+    sa.Column("receipt", sa.Text, nullable=False),
 )
+
+#: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).
+SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
+
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 
 #: The per-thread totals index: its ``(tkey, seq)`` prefix serves every thread read.

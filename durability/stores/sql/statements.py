@@ -29,6 +29,7 @@ from durability.stores.sql.schema import (
     parks,
     thread_key,
     threads,
+    tombstones,
     write_key,
     writes,
 )
@@ -39,7 +40,7 @@ _CREATED_AT = STORED_FIELDS.index("created_at")
 class Statements:
     """The put and read statements of one store, built once (and per query shape, cached)."""
 
-    _INSERTED = (*STORED_FIELDS, "tkey", "ckey", "synced", "attempts")
+    _INSERTED = (*STORED_FIELDS, "tkey", "ckey")
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
         quote = dialect.identifier_preparer.quote
@@ -57,9 +58,22 @@ class Statements:
         #: ``(tkey, namespace, checkpoint_id)`` is indexed (migration 5, SQLite only).
         self.id_indexed = dialect.name == "sqlite"
         names = ", ".join(quote(c) for c in self._INSERTED)
-        marks = ", ".join([mark] * len(self._INSERTED))
-        self.insert = f"INSERT INTO {self.table} ({names}) VALUES ({marks}) RETURNING seq"  # noqa: S608
+        if dialect.name == "postgresql":  # a SELECT list does not take the columns' types
+            marks = ", ".join(
+                f"{mark}::{checkpoints.c[c].type.compile(dialect)}" for c in self._INSERTED
+            )
+        else:
+            marks = ", ".join([mark] * len(self._INSERTED))
+        #: The erased-thread check rides the insert: no row comes back for a tombstoned thread
+        #: (one more index probe; an erase locks the table, so the check cannot race it).
+        self.tombstones = table(tombstones)
+        self.insert = (
+            f"INSERT INTO {self.table} ({names}) SELECT {marks} WHERE NOT EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM {self.tombstones} WHERE ekey = {mark}) RETURNING seq"
+        )
         self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
+        #: :attr:`columns` of the checkpoints table aliased ``c`` in a join.
+        self.qualified_columns = ", ".join("c." + quote(c) for c in (*STORED_FIELDS, "seq"))
         self.get = (
             f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
             f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
@@ -170,16 +184,15 @@ class Statements:
         return sql
 
     @staticmethod
-    def insert_params(row: EncodedCheckpoint, synced: bool) -> tuple[Any, ...]:
-        """The parameters of :attr:`insert` for ``row``."""
+    def insert_params(row: EncodedCheckpoint, ekey: str) -> tuple[Any, ...]:
+        """The parameters of :attr:`insert` for ``row``; ``ekey`` is its thread's tombstone hash."""
         values = list(row.values())
         values[_CREATED_AT] = to_micros(row.created_at)
         return (
             *values,
             thread_key(row.thread_id),
             checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
-            synced,
-            0,
+            ekey,
         )
 
 
@@ -189,14 +202,12 @@ def get_params(thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str,
     return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
 
 
-def row_values(row: EncodedCheckpoint, synced: bool) -> dict[str, Any]:
+def row_values(row: EncodedCheckpoint) -> dict[str, Any]:
     """``row`` as the checkpoints table's column values (for a many-row insert)."""
     values: dict[str, Any] = dict(zip(STORED_FIELDS, row.values(), strict=True))
     values["created_at"] = to_micros(row.created_at)
     values["tkey"] = thread_key(row.thread_id)
     values["ckey"] = checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id)
-    values["synced"] = synced
-    values["attempts"] = 0
     return values
 
 

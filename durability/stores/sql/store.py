@@ -35,6 +35,7 @@ from durability.stores.sql.migrations import migrate
 from durability.stores.sql.outbox import SQLOutbox
 from durability.stores.sql.scans import SQLScans
 from durability.stores.sql.schema import (
+    SECRET_KEY,
     checkpoint_key,
     checkpoints,
     connections,
@@ -43,10 +44,13 @@ from durability.stores.sql.schema import (
     meta_table,
     migrations_table,
     outbox_history,
+    outbox_table,
     parks,
+    synced_table,
     thread_key,
     threads,
     time_of,
+    tombstones,
     where_thread,
     writes,
 )
@@ -58,6 +62,7 @@ from durability.stores.sql.statements import (
     row_values,
     write_values,
 )
+from durability.stores.sql.tombstones import SQLTombstones
 
 _INSERT_MANY = checkpoints.insert().returning(checkpoints.c.seq, sort_by_parameter_order=True)
 
@@ -112,6 +117,7 @@ class SQLStore(Store):
         self.parks = SQLParks(self)
         self.outbox = SQLOutbox(self)
         self.scans = SQLScans(self)
+        self.tombstones: SQLTombstones = SQLTombstones(self)
 
     def close(self) -> None:
         self.db.close()
@@ -134,6 +140,7 @@ class SQLStore(Store):
                 if self.options.schema:
                     conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
             migrate(conn, to_micros(self.clock()))
+            self.tombstones.remember(self.tombstones.secret_in(conn))
 
     def applied_migrations(self) -> list[int]:
         """The migration versions recorded in the store."""
@@ -165,15 +172,19 @@ class SQLStore(Store):
     def _wipe(self) -> None:
         with self.db.write("reset the store") as conn:
             for table in (
+                outbox_table,
+                synced_table,
                 checkpoints,
                 writes,
                 threads,
                 parks,
                 connections,
+                tombstones,
                 outbox_history,
-                meta_table,
             ):
                 conn.execute(table.delete())
+            # The erasure secret stays: other handles on the store hold it already.
+            conn.execute(meta_table.delete().where(meta_table.c.key != SECRET_KEY))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -190,10 +201,12 @@ class SQLStore(Store):
     def _insert_once(
         self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
     ) -> list[int]:
-        if len(rows) == 1 and not retry:  # the hot path: one INSERT … RETURNING, autocommitted
-            params = self.sql.insert_params(rows[0], synced)
+        if len(rows) == 1 and not (retry or synced):
+            # The hot path: one INSERT … RETURNING, autocommitted (its trigger queues the row).
+            first = rows[0]
+            params = self.sql.insert_params(first, self.tombstones.hash_of(first.thread_id))
             try:
-                return [int(self.db.execute("put a checkpoint", self.sql.insert, params)[0][0])]
+                found = self.db.execute("put a checkpoint", self.sql.insert, params)
             except StoreError as exc:
                 if isinstance(exc.__cause__, sa_exc.IntegrityError):
                     first = rows[0]
@@ -201,8 +214,10 @@ class SQLStore(Store):
                         conflict_message(first.thread_id, first.namespace, first.checkpoint_id)
                     ) from exc.__cause__
                 raise
-        transaction = self.db.one if len(rows) == 1 else self.db.write
-        with transaction("put checkpoints") as conn:
+            if not found:
+                raise self.tombstones.refusal(first.thread_id, "put a checkpoint")
+            return [int(found[0][0])]
+        with self.db.write("put checkpoints") as conn:
             return self.insert_rows(conn, rows, synced, retry=retry)
 
     def insert_rows(
@@ -213,17 +228,30 @@ class SQLStore(Store):
         *,
         retry: bool = False,
     ) -> list[int]:
-        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs."""
+        """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs.
+
+        The outbox trigger queues every row; ``synced`` rows (the plane has them) leave it again
+        in the same transaction.
+        """
         if retry:
             found = [self._stored_copy(conn, r) for r in rows]
             if all(s is not None for s in found):
                 return [s for s in found if s is not None]
         try:
             if len(rows) == 1:
-                params = self.sql.insert_params(rows[0], synced)
-                return [int(conn.exec_driver_sql(self.sql.insert, params).scalar_one())]
-            values = [row_values(r, synced) for r in rows]
-            return [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
+                first = rows[0]
+                ekey = self.tombstones.hash_of(first.thread_id)
+                params = self.sql.insert_params(first, ekey)
+                seq = conn.exec_driver_sql(self.sql.insert, params).scalar()
+                if seq is None:
+                    raise self.tombstones.refusal(first.thread_id, "put a checkpoint")
+                seqs = [int(seq)]
+            else:
+                values = [row_values(r) for r in rows]
+                seqs = [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
+                # Checked after the insert, in its transaction: the insert holds the table lock
+                # an erase takes, so a tombstone this misses had committed before it (and is seen).
+                self.tombstones.refuse_any(conn, [r.thread_id for r in rows], "put checkpoints")
         except sa_exc.IntegrityError as exc:
             # The unique hash of (thread, namespace, id): stores never overwrite a checkpoint.
             first = rows[0]
@@ -233,6 +261,10 @@ class SQLStore(Store):
                     f"one of {len(rows)} checkpoints was refused, nothing was written: " + message
                 )
             raise CheckpointConflict(message) from exc
+        if synced:
+            for chunk in chunks(seqs):
+                conn.execute(outbox_table.delete().where(outbox_table.c.seq.in_(chunk)))
+        return seqs
 
     def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
         """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
@@ -254,7 +286,8 @@ class SQLStore(Store):
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         regular = [write_values(w) for w in rows if w.idx >= 0]
         special = [write_values(w) for w in rows if w.idx < 0]
-        with self.db.write("store pending writes") as conn:
+        action = "store pending writes"
+        with self.db.write(action) as conn:
             if regular:
                 conn.execute(
                     self.insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
@@ -273,6 +306,7 @@ class SQLStore(Store):
                     ),
                     special,
                 )
+            self.tombstones.refuse_any(conn, [w.thread_id for w in rows], action)
 
     @reconnecting
     def _select_writes(

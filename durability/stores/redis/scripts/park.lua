@@ -1,6 +1,7 @@
 --! write
 -- ARGV[4]: synced; ARGV[5]: thread id; ARGV[6]: park document; ARGV[7]: deadline (us);
--- ARGV[8..13]: the interrupted checkpoint's row.
+-- ARGV[8..13]: the interrupted checkpoint's row. A tombstoned thread answers {'erased'}.
+if redis.call('EXISTS', E) == 1 then return {'erased'} end
 local current = redis.call('HGET', P, 'doc')
 local claimed = redis.call('HGET', P, 'claimed')
 if current and not claimed and not (ARGV[3] == '1' and current == ARGV[6]) then

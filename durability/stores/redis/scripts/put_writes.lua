@@ -1,6 +1,7 @@
 --! write
 -- ARGV[4]: thread id; ARGV[5]: count; then 5 per write: namespace, checkpoint id, task id,
--- idx, document. A regular write keeps the first value; a special channel (idx < 0) overwrites.
+-- idx, document (a tombstoned thread answers 'erased'). A regular write keeps the first value; a special channel (idx < 0) overwrites.
+if redis.call('EXISTS', E) == 1 then return 'erased' end
 local n = tonumber(ARGV[5])
 redis.call('HSET', M, 'id', ARGV[4])
 for r = 0, n - 1 do

@@ -1,0 +1,144 @@
+"""The tombstones capability: what keeps an erased thread erased.
+
+A tombstone holds no user data: the HMAC-SHA-256 of the thread id under the store's erasure
+secret (its first 32 hex digits), the time and who asked. Every put checks it atomically with
+the write (memory: under the store's lock; SQL: inside the insert statement or its
+transaction; Redis: in the put script, the tombstone living in the thread's own slot), so a run
+still writing to an erased thread is refused, never resurrects it. Ledger run starts and
+leases are refused too. A tombstone lives as long as the store (a reset clears it); only an
+explicit :meth:`Tombstones.reopen` lets the id be used again.
+
+The secret is made on first use and kept in the store itself (SQL: the meta table; Redis: one
+key of the store-wide slot; memory: beside the data), so every worker on the store computes the
+same hash; a receipt or a frame can carry the hash without revealing the id to whoever does
+not hold the store.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from abc import ABC, abstractmethod
+from datetime import datetime
+
+from durability._util import redact_url, short
+from durability.errors import ThreadErased
+from durability.model import Tombstone
+from durability.stores.capability import Capability
+from durability.stores.ids import check_id, check_thread
+
+#: Bytes of a newly made erasure secret.
+SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    """A fresh erasure secret, as the hex text a store keeps."""
+    return secrets.token_hex(SECRET_BYTES)
+
+
+def keyed_hash(secret: bytes, thread_id: str) -> str:
+    """The tombstone hash of ``thread_id`` under ``secret``: 32 hex digits of an HMAC-SHA-256."""
+    return hmac.digest(secret, thread_id.encode("utf-8", "surrogatepass"), "sha256").hex()[:32]
+
+
+class Tombstones(Capability, ABC):
+    """The erased threads of a store, by keyed hash."""
+
+    _secret: bytes | None = None
+
+    def hash_of(self, thread_id: str) -> str:
+        """The keyed hash a tombstone of ``thread_id`` holds in this store."""
+        if self._secret is None:
+            self.store.ready()  # a backend may read its secret while it sets up
+            if self._secret is None:
+                self.remember(self._load_secret())
+        assert self._secret is not None
+        return keyed_hash(self._secret, thread_id)
+
+    def remember(self, secret: str) -> None:
+        """Keep the store's erasure secret (hex) for this handle's hashes."""
+        self._secret = bytes.fromhex(secret)
+
+    def get(self, thread_id: str) -> Tombstone | None:
+        """The thread's tombstone, or ``None`` if it was never erased (or was reopened)."""
+        check_thread(thread_id, "", "look up a tombstone")
+        return self._get(thread_id, self.hash_of(thread_id))
+
+    def bury(
+        self, thread_id: str, *, by: str = "", at: datetime | None = None, receipt: str = ""
+    ) -> Tombstone:
+        """Tombstone the thread id: every later write to it is refused (removes nothing).
+
+        Idempotent: a thread already tombstoned keeps its first tombstone, which is returned.
+        :meth:`~durability.stores.base.Store.erase` calls this as part of its atomic apply.
+        """
+        check_thread(thread_id, "", "tombstone a thread")
+        check_id(by, "erased_by", action="tombstone a thread", allow_empty=True)
+        stone = Tombstone(
+            hash=self.hash_of(thread_id),
+            erased_at=at if at is not None else self.store.clock(),
+            erased_by=by,
+            receipt=receipt,
+        )
+        return self._bury(thread_id, stone)
+
+    def reopen(self, thread_id: str) -> bool:
+        """Lift the thread's tombstone so the id can be used for a new thread; ``False`` if it
+        had none. The erased data stays gone: this only lets new writes in."""
+        check_thread(thread_id, "", "reopen a thread")
+        return self._lift(thread_id, self.hash_of(thread_id))
+
+    def count(self) -> int:
+        """How many tombstones the store holds."""
+        self.store.ready()
+        return self._count()
+
+    def all(self) -> list[Tombstone]:
+        """Every tombstone, oldest erasure first."""
+        self.store.ready()
+        return sorted(self._all(), key=lambda s: (s.erased_at, s.hash))
+
+    def refuse(self, thread_id: str, action: str) -> None:
+        """Raise :class:`~durability.errors.ThreadErased` if the thread is tombstoned."""
+        stone = self._get(thread_id, self.hash_of(thread_id))
+        if stone is not None:
+            raise self.refusal(thread_id, action, stone)
+
+    def refusal(self, thread_id: str, action: str, stone: Tombstone | None = None) -> ThreadErased:
+        """The refusal of ``action`` on the tombstoned thread (looked up if not given)."""
+        if stone is None:
+            stone = self._get(thread_id, self.hash_of(thread_id))
+        digest = stone.hash if stone is not None else self.hash_of(thread_id)
+        when = f" at {stone.erased_at.isoformat()}" if stone is not None else ""
+        return ThreadErased(
+            f"cannot {action}: thread {short(thread_id)} was erased{when} (tombstone {digest}), "
+            "and a write never brings an erased thread back; to use this id for a new thread, "
+            f"reopen it first: durability threads reopen {redact_url(self.store.url)} THREAD",
+            tombstone=digest,
+        )
+
+    # ------------------------------------------------------------------ primitives
+
+    @abstractmethod
+    def _load_secret(self) -> str:
+        """The store's erasure secret as hex, made (once, race-safe) on first use."""
+
+    @abstractmethod
+    def _get(self, thread_id: str, digest: str) -> Tombstone | None:
+        """The tombstone under ``digest`` (``thread_id`` locates it where the backend needs)."""
+
+    @abstractmethod
+    def _bury(self, thread_id: str, stone: Tombstone) -> Tombstone:
+        """Store ``stone`` unless one is stored already; return the stored one."""
+
+    @abstractmethod
+    def _lift(self, thread_id: str, digest: str) -> bool:
+        """Remove the tombstone; ``False`` if there was none."""
+
+    @abstractmethod
+    def _count(self) -> int:
+        """How many tombstones are stored."""
+
+    @abstractmethod
+    def _all(self) -> list[Tombstone]:
+        """Every stored tombstone."""

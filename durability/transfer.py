@@ -1,0 +1,350 @@
+"""Copy threads between any two stores: ``durability.copy(src, dst)`` / ``durability copy``.
+
+The source is any store durability opens — its own (memory, SQLite, Postgres, Redis), a
+LangGraph or fastaiagent store read in place, an archive; the destination is a durability
+store. It works as plan → apply: :func:`plan_copy` reads both stores and says, per thread,
+what copying would do; :func:`copy` computes the same plan, refuses before writing anything
+when a thread conflicts, then copies.
+
+What is kept: thread ids (unless renamed), namespaces, checkpoint ids and their write order,
+parents, status, every payload, run ends (they are checkpoints), pending writes, and — when both
+stores keep a ledger — the run start, declared retention and finished mark with their times.
+Leases and parks are not copied (a lease belongs to a live process; a park to the store whose
+workers resume it). Between two durability stores rows are copied as the codec keeps them,
+never decoded; from a foreign store they are mapped (see its reader) and encoded once.
+
+Per thread, against the destination:
+
+* ``copy``: the destination does not hold the thread;
+* ``resume``: it holds the first checkpoints of the source's thread, in the same order (an
+  earlier copy was killed, or the source has grown since): the rest is copied;
+* ``skip``: it already holds every checkpoint;
+* ``refuse``: it holds something else under that id. The copy refuses before writing anything
+  unless ``rename`` gives the copies other ids (``rename="{thread_id}-copy"``).
+
+A thread is copied in chunks of ``chunk_size`` checkpoints, each chunk's pending writes first
+(idempotent: LangGraph's rules keep the first value), then its checkpoints in one transaction;
+a copy killed at any point is finished by running it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from durability.clock import as_utc
+from durability.errors import ConfigError, CopyRefused
+from durability.model import Checkpoint, PendingWrite, ThreadRecord
+from durability.settings import Retention
+from durability.stores.base import Store
+from durability.stores.rows import EncodedCheckpoint, EncodedWrite, Select
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: What copying does with a thread (see the module).
+COPY_ACTIONS = ("copy", "resume", "skip", "refuse")
+
+#: Checkpoints per destination transaction.
+DEFAULT_CHUNK = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRow:
+    """What copying does with one source thread: ``target`` is its id in the destination."""
+
+    thread_id: str
+    target: str
+    action: str
+    checkpoints: int
+    present: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """One row per selected source thread, in thread id order."""
+
+    source: str
+    destination: str
+    rows: tuple[CopyRow, ...]
+
+    def summary(self) -> dict[str, Any]:
+        """Threads per action, and the checkpoints the copy would write."""
+        counts = {a: sum(r.action == a for r in self.rows) for a in COPY_ACTIONS}
+        writing = sum(
+            r.checkpoints - r.present for r in self.rows if r.action in ("copy", "resume")
+        )
+        return {
+            "source": self.source,
+            "destination": self.destination,
+            "threads": len(self.rows),
+            "counts": counts,
+            "checkpoints": writing,
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame (one column per :class:`CopyRow` field)."""
+        import pandas as pd
+
+        names = list(CopyRow.__dataclass_fields__)
+        return pd.DataFrame([[getattr(r, n) for n in names] for r in self.rows], columns=names)
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """What a copy wrote: per thread copied or resumed, the checkpoints and writes it added."""
+
+    plan: CopyPlan
+    copied: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def checkpoints(self) -> int:
+        return sum(c for c, _ in self.copied.values())
+
+    @property
+    def writes(self) -> int:
+        return sum(w for _, w in self.copied.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the plan's summary and what was written (``durability copy --json``)."""
+        return {
+            **self.plan.summary(),
+            "copied": {
+                t: {"checkpoints": c, "writes": w} for t, (c, w) in sorted(self.copied.items())
+            },
+            "totals": {"checkpoints": self.checkpoints, "writes": self.writes},
+        }
+
+
+def plan_copy(
+    source: Store | str,
+    destination: Store | str,
+    *,
+    threads: Sequence[str] | None = None,
+    since: datetime | None = None,
+    owner: str | None = None,
+    rename: str | None = None,
+) -> CopyPlan:
+    """What :func:`copy` would do, writing nothing (arguments as there)."""
+    with ExitStack() as stack:
+        src, dst = _opened(stack, source), _opened(stack, destination)
+        return _plan(src, dst, threads, since, owner, rename)
+
+
+def copy(
+    source: Store | str,
+    destination: Store | str,
+    *,
+    threads: Sequence[str] | None = None,
+    since: datetime | None = None,
+    owner: str | None = None,
+    rename: str | None = None,
+    progress: bool = False,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> CopyResult:
+    """Copy threads from ``source`` into ``destination`` (stores or URLs); see the module.
+
+    ``threads`` picks thread ids (default: all); ``since`` keeps threads whose newest
+    checkpoint is at or after it; ``owner`` those whose ledger names that owner; ``rename`` is
+    a template (``"{thread_id}-copy"``) giving every copy another id. Raises
+    :class:`~durability.errors.CopyRefused` before writing anything when a thread conflicts.
+    """
+    if chunk_size < 1:
+        raise ConfigError(f"cannot copy: chunk_size={chunk_size} must be at least 1")
+    with ExitStack() as stack:
+        src, dst = _opened(stack, source), _opened(stack, destination)
+        plan = _plan(src, dst, threads, since, owner, rename)
+        refused = [r for r in plan.rows if r.action == "refuse"]
+        if refused:
+            names = ", ".join(repr(r.thread_id) for r in refused[:5])
+            more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+            raise CopyRefused(
+                f"cannot copy from {src!r} into {dst!r}: the destination already holds other "
+                f"checkpoints under {len(refused)} thread ids ({names}{more}); nothing was "
+                "copied — pass rename='{thread_id}-copy' (--rename) to copy them under new ids, "
+                "or leave them out with threads= (--thread)"
+            )
+        return _apply(src, dst, plan, progress=progress, chunk_size=chunk_size)
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _opened(stack: ExitStack, store: Store | str) -> Store:
+    if isinstance(store, Store):
+        return store
+    import durability
+
+    return stack.enter_context(durability.open(store))
+
+
+def _plan(
+    src: Store,
+    dst: Store,
+    threads: Sequence[str] | None,
+    since: datetime | None,
+    owner: str | None,
+    rename: str | None,
+) -> CopyPlan:
+    from durability.stores.foreign.base import ForeignStore
+
+    if isinstance(dst, ForeignStore):
+        raise CopyRefused(
+            f"cannot copy into {dst!r}: the destination must be a durability store (memory, "
+            "sqlite, postgres or redis); a LangGraph or fastaiagent store is only read — to hand "
+            "threads to LangGraph, copy them into a durability store and use DurabilitySaver"
+        )
+    if rename is not None and "{thread_id}" not in rename:
+        raise ConfigError(
+            f"cannot copy: rename={rename!r} must contain {{thread_id}} (e.g. "
+            "'{thread_id}-copy'), so that each copy gets its own id"
+        )
+    when = as_utc(since) if since is not None else None
+    present = {r.thread_id for r in dst.iter_threads() if r.checkpoints}
+    rows = [
+        _row(
+            src, dst, present, record, rename.format(thread_id=record.thread_id) if rename else None
+        )
+        for record in _selected(src, threads, when, owner)
+    ]
+    return CopyPlan(repr(src), repr(dst), tuple(rows))
+
+
+def _selected(
+    src: Store, threads: Sequence[str] | None, since: datetime | None, owner: str | None
+) -> Iterator[ThreadRecord]:
+    if threads is not None:
+        records: Iterator[ThreadRecord] = iter(
+            [r for t in sorted(set(threads)) if (r := src.thread(t)) is not None]
+        )
+    else:
+        records = src.iter_threads()
+    for record in records:
+        if since is not None and (record.newest_at is None or record.newest_at < since):
+            continue
+        if owner is not None and record.owner != owner:
+            continue
+        yield record
+
+
+def _row(
+    src: Store, dst: Store, present: set[str], record: ThreadRecord, renamed: str | None
+) -> CopyRow:
+    target = renamed or record.thread_id
+    held = _ids(dst, target) if target in present else []
+    row = CopyRow(record.thread_id, target, "copy", record.checkpoints, len(held), "")
+    if not held:
+        return replace(row, reason="not in the destination")
+    return _classify(row, _ids(src, record.thread_id), held)
+
+
+def _ids(store: Store, thread_id: str) -> list[tuple[str, str]]:
+    """``(namespace, checkpoint_id)`` of the thread's checkpoints in write order (no payloads)."""
+    found: list[tuple[int, str, str]] = []
+    columns = ("namespace", "checkpoint_id", "seq")
+    for chunk in store.checkpoint_columns(thread_id, columns=columns):
+        found += zip(
+            chunk["seq"].tolist(),
+            chunk["namespace"].tolist(),
+            chunk["checkpoint_id"].tolist(),
+            strict=True,
+        )
+    return [(ns, cid) for _, ns, cid in sorted(found)]
+
+
+def _classify(
+    row: CopyRow, source_ids: list[tuple[str, str]], held: list[tuple[str, str]]
+) -> CopyRow:
+    if held == source_ids:
+        return replace(
+            row, action="skip", reason="already copied: the destination holds every checkpoint"
+        )
+    if held == source_ids[: len(held)]:
+        return replace(
+            row,
+            action="resume",
+            reason=f"the destination holds its first {len(held)} checkpoints: the rest is copied",
+        )
+    return replace(
+        row,
+        action="refuse",
+        reason="the destination holds other checkpoints under this id",
+    )
+
+
+# ---------------------------------------------------------------------------- apply
+
+
+def _apply(
+    src: Store, dst: Store, plan: CopyPlan, *, progress: bool, chunk_size: int
+) -> CopyResult:
+    from tqdm.auto import tqdm
+
+    result = CopyResult(plan)
+    total = sum(r.checkpoints for r in plan.rows if r.action != "skip")
+    with tqdm(total=total, unit="ckpt", desc="copy", disable=not progress) as bar:
+        for row in plan.rows:
+            if row.action in ("copy", "resume"):
+                result.copied[row.thread_id] = _copy_thread(src, dst, row, chunk_size, bar)
+            _copy_ledger(src, dst, row)
+    return result
+
+
+def _copy_thread(
+    src: Store, dst: Store, row: CopyRow, chunk_size: int, bar: Any
+) -> tuple[int, int]:
+    rows = src._select(Select(row.thread_id, None))
+    done = row.present
+    bar.update(done)
+    written = [0, 0]
+    for start in range(done, len(rows), chunk_size):
+        chunk = rows[start : start + chunk_size]
+        keys = [(r.namespace, r.checkpoint_id) for r in chunk]
+        writes = [w for ws in src._select_writes(row.thread_id, keys).values() for w in ws]
+        _put_writes(dst, writes, row.target)
+        _put_checkpoints(dst, chunk, row.target)
+        written[0] += len(chunk)
+        written[1] += len(writes)
+        bar.update(len(chunk))
+    return written[0], written[1]
+
+
+def _put_checkpoints(dst: Store, chunk: Sequence[Any], target: str) -> None:
+    if chunk and all(isinstance(r, EncodedCheckpoint) for r in chunk):
+        dst.ready()
+        dst._insert([replace(r, thread_id=target, seq=None) for r in chunk], synced=False)
+        dst.notify_write()
+        return
+    checkpoints: list[Checkpoint] = [r.decode() for r in chunk]
+    dst.put_many([replace(cp, thread_id=target, seq=None, size_bytes=None) for cp in checkpoints])
+
+
+def _put_writes(dst: Store, writes: Sequence[Any], target: str) -> None:
+    if not writes:
+        return
+    if all(isinstance(w, EncodedWrite) for w in writes):
+        dst.ready()
+        dst._insert_writes([replace(w, thread_id=target) for w in writes])
+        return
+    decoded: list[PendingWrite] = [w.decode() for w in writes]
+    dst.put_writes([replace(w, thread_id=target) for w in decoded])
+
+
+def _copy_ledger(src: Store, dst: Store, row: CopyRow) -> None:
+    """The run start and finished mark, with their times, when both stores keep a ledger."""
+    if src.ledger is None or dst.ledger is None or row.action == "refuse":
+        return
+    record = src.thread(row.thread_id)
+    if record is None:
+        return
+    if record.started_at is not None:
+        retention = Retention(waiting=record.declared_waiting, finished=record.declared_finished)
+        dst.ledger._start(
+            row.target, record.run_id or "", record.owner or "", retention, record.started_at
+        )
+    if record.finished_at is not None and record.due_at is not None:
+        dst.ledger._mark(row.target, record.finished_at, record.due_at)
