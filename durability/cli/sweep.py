@@ -47,8 +47,17 @@ def _parse_now(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     callback=_parse_now,
     help="Sweep as of this time (ISO 8601 with an offset) instead of the clock's.",
 )
+@click.option(
+    "--archive",
+    metavar="DIR",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Write everything deleted to a gzip JSON Lines archive in DIR first.",
+)
 @json_option
-def sweep(url: str, dry_run: bool, now: datetime | None, as_json: bool) -> None:
+def sweep(
+    url: str, dry_run: bool, now: datetime | None, archive: str | None, as_json: bool
+) -> None:
     """Admin only, destructive: delete the checkpoint threads of URL whose retention has passed.
 
     Finished threads whose due time has passed go on every provider; on postgres and sqlite,
@@ -58,7 +67,9 @@ def sweep(url: str, dry_run: bool, now: datetime | None, as_json: bool) -> None:
     retention values come from DURABILITY_WAITING_RETENTION and DURABILITY_FINISHED_RETENTION.
 
     Nothing runs the sweep in the background: run this from cron or a scheduler. Preview with
-    --dry-run, which uses the same selection and filters and deletes nothing.
+    --dry-run, which uses the same selection and filters and deletes nothing. With --archive
+    DIR, what is deleted is first written to DIR and flushed (read it back with
+    archive:///DIR). A LangGraph store is swept in place when its URL says ?writable=true.
     """
     from durability.sweep import plan_sweep
     from durability.sweep import sweep as run_sweep
@@ -68,7 +79,7 @@ def sweep(url: str, dry_run: bool, now: datetime | None, as_json: bool) -> None:
             plan = plan_sweep(store, now=now)
         else:
             result = run_sweep(
-                store, now=now, progress=not as_json and sys.stderr.isatty()
+                store, now=now, progress=not as_json and sys.stderr.isatty(), archive=archive
             ).to_dict()
         where = repr(store)
     if dry_run:

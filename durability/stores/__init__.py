@@ -12,6 +12,7 @@ URL                                    provider
 ``langgraph+sqlite:///checkpoints.db`` a LangGraph SqliteSaver file, read-only
 ``langgraph+postgresql://…``           a LangGraph PostgresSaver database, read-only
                                        (``?schema=``, default the search path)
+``archive:///dir``                     the archives a sweep wrote there, read-only
 =====================================  ==========================================
 """
 
@@ -40,6 +41,7 @@ PROVIDERS: dict[str, str] = {
     "langgraph+sqlite": "durability.stores.foreign.langgraph:LangGraphStore",
     "langgraph+postgresql": "durability.stores.foreign.langgraph:LangGraphStore",
     "langgraph+postgres": "durability.stores.foreign.langgraph:LangGraphStore",
+    "archive": "durability.archive.store:ArchiveStore",
 }
 
 

@@ -8,12 +8,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from durability.archive.format import ArchiveWriter
 from durability.errors import ConfigError, SweepError, SweepLocked
 from durability.model import Deleted
 from durability.settings import Settings
 from durability.stores.base import Store
+from durability.sweep.archiving import archive_and_delete, delete_emptied
 from durability.sweep.filters import LiveThreadFilter
 from durability.sweep.plan import (
     DEFAULT_BATCH,
@@ -142,12 +145,15 @@ def sweep(
     filters: Sequence[LiveThreadFilter] | None = None,
     progress: bool = False,
     batch_size: int = DEFAULT_BATCH,
+    archive: str | Path | None = None,
 ) -> SweepResult:
     """Delete every thread whose horizon has passed; admin-only and destructive.
 
     Computes :func:`plan_sweep` (same arguments) and deletes its ``delete`` rows, finished
     horizon first, ``batch_size`` threads per store call; ``progress=True`` shows a tqdm bar
-    when there is more than one batch. Raises :class:`SweepError` when a filter fails (nothing
+    when there is more than one batch. ``archive=DIR`` writes everything the sweep deletes to
+    a gzip JSON Lines archive in ``DIR`` first (``docs/formats/archive.md``), and deletes only
+    what was written and flushed (see :mod:`durability.sweep.archiving`). Raises :class:`SweepError` when a filter fails (nothing
     is deleted) or a thread still receives writes after :data:`MAX_ROUNDS` delete rounds, and
     :class:`~durability.errors.CheckpointDeleteError` from the Redis store's own rule.
 
@@ -164,7 +170,14 @@ def sweep(
         with store.scans.sweep_lock().held():
             plan = plan_sweep(store, settings, now, filters=filters)
             spared = _spare(plan)
-            deleted, rounds = _apply(store, plan, progress=progress, batch_size=batch_size)
+            writer = _archive_writer(store, plan, archive)
+            try:
+                deleted, rounds = _apply(
+                    store, plan, progress=progress, batch_size=batch_size, archive=writer
+                )
+            finally:
+                if writer is not None:
+                    writer.close()
     except SweepLocked:
         metrics.SWEEP_RUNS.labels(outcome="refused").inc()
         raise
@@ -194,6 +207,14 @@ def sweep(
     return result
 
 
+def _archive_writer(
+    store: Store, plan: SweepPlan, archive: str | Path | None
+) -> ArchiveWriter | None:
+    if archive is None or not plan._where("delete"):
+        return None
+    return ArchiveWriter(archive, source=store.url, provider=store.provider, now=plan.now)
+
+
 def _spare(plan: SweepPlan) -> dict[str, tuple[SparedThread, ...]]:
     """Log and count the plan's spared threads (before the first delete)."""
     from durability import metrics
@@ -220,7 +241,12 @@ def _skipped(store: Store, plan: SweepPlan) -> dict[str, SkippedHorizon]:
 
 
 def _apply(
-    store: Store, plan: SweepPlan, *, progress: bool, batch_size: int
+    store: Store,
+    plan: SweepPlan,
+    *,
+    progress: bool,
+    batch_size: int,
+    archive: ArchiveWriter | None = None,
 ) -> tuple[dict[str, tuple[DeletedThread, ...]], int]:
     """Delete the plan's ``delete`` rows, horizon by horizon, batch by batch.
 
@@ -253,7 +279,7 @@ def _apply(
             order = store.delete_order(ids)
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                removed, rounds = _delete_until_empty(store, batch)
+                removed, rounds = _delete_until_empty(store, batch, archive, plan.now)
                 most_rounds = max(most_rounds, rounds)
                 mine = {t: d for t, d in removed.items() if _removed_any(d) or t in held_none}
                 metrics.SWEEP_DELETED_THREADS.labels(horizon=horizon).inc(len(mine))
@@ -271,14 +297,21 @@ def _apply(
     return deleted, most_rounds
 
 
-def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Deleted], int]:
+def _delete_until_empty(
+    store: Store, batch: list[str], archive: ArchiveWriter | None = None, now: Any = None
+) -> tuple[dict[str, Deleted], int]:
     """Delete ``batch`` until each thread is empty; a round that removed rows may have raced a
     writer, so the threads the store still finds rows in go again (up to :data:`MAX_ROUNDS`).
+    With an archive each round archives first and deletes what it archived, and the emptied
+    threads are deleted last.
     """
     totals = dict.fromkeys(batch, Deleted())
     pending = batch
     for round_no in range(1, MAX_ROUNDS + 1):
-        removed = store.delete_threads(pending)
+        if archive is not None:
+            removed = archive_and_delete(store, pending, archive, now)
+        else:
+            removed = store.delete_threads(pending)
         if round_no == 1:  # most of what there is: its records as they are, no additions
             totals.update(removed)
         else:
@@ -288,6 +321,9 @@ def _delete_until_empty(store: Store, batch: list[str]) -> tuple[dict[str, Delet
         holding = store.still_holding(raced) if raced else set()
         pending = [t for t in raced if t in holding]
         if not pending:
+            if archive is not None:
+                for thread_id, d in delete_emptied(store, batch).items():
+                    totals[thread_id] += d
             return totals, round_no
     last = removed[pending[0]]
     raise SweepError(

@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection as SAConnection
 
 from durability._util import redact_url
 from durability.errors import ConfigError, ReadOnlyStoreError, StoreError, StoreUnavailable
-from durability.model import PendingWrite, ThreadRecord, TypedValue
+from durability.model import Deleted, PendingWrite, ThreadRecord, TypedValue
 from durability.stores.base import Capabilities, Store, ThreadPage
 from durability.stores.foreign.base import ForeignStore, Row, WrittenRow
 from durability.stores.foreign.langgraph_map import (
@@ -51,6 +51,7 @@ from durability.stores.foreign.langgraph_retention import (
     LangGraphScans,
     SidecarLedger,
     SQLiteWriter,
+    delete_checkpoints,
     sidecar_exists,
     sidecar_url,
     with_ledger,
@@ -230,6 +231,14 @@ class LangGraphStore(ForeignStore):
             f"{text[0][:300] if text else type(exc).__name__}; nothing of this transaction "
             "was deleted"
         )
+
+    def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
+        """Delete a thread, or some of its checkpoints, when opened writable (else refused)."""
+        if not self.writable:
+            raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
+        if keys is None:
+            return self.scans.delete_threads([thread_id])[thread_id]
+        return delete_checkpoints(self, thread_id, keys)
 
     def _setup(self) -> None:
         with self.read("read the LangGraph schema") as conn:

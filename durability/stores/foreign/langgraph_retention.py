@@ -42,6 +42,7 @@ from durability.errors import CheckpointStoreFormatError, StoreError
 from durability.model import Deleted, Lease, ThreadRecord
 from durability.settings import Retention
 from durability.stores.ledger import Ledger
+from durability.stores.rows import CheckpointKey
 from durability.stores.scans import Scans, SweepColumns, micros, span
 from durability.stores.sweep_lock import SweepLock
 
@@ -478,3 +479,49 @@ class SQLiteWriter:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+# ---------------------------------------------------------------------------- some checkpoints
+
+
+def delete_checkpoints(store: LangGraphStore, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
+    """Delete these checkpoints of a thread with their writes, and (Postgres) every blob of the
+    thread no remaining checkpoint references, in one transaction."""
+    check_schema(store, "delete checkpoints")
+    pairs = json.dumps([[ns, cid] for ns, cid in keys])
+    if store.dialect == "sqlite":
+        with store.writer("delete checkpoints") as conn:
+            n = 0
+            w = 0
+            for table in ("writes", "checkpoints"):
+                cur = conn.execute(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) "  # noqa: S608
+                    "IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
+                    (thread_id, pairs),
+                )
+                if table == "writes":
+                    w = cur.rowcount
+                else:
+                    n = cur.rowcount
+        return Deleted(n, w)
+    c, b, wt = (store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
+    doomed = (
+        "SELECT e ->> 0 AS ns, e ->> 1 AS cid FROM jsonb_array_elements(CAST(%(k)s AS jsonb)) e"
+    )
+    with store.writer("delete checkpoints") as conn:
+        w = conn.exec_driver_sql(
+            f"DELETE FROM {wt} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
+            {"t": thread_id, "k": pairs},
+        ).rowcount
+        n = conn.exec_driver_sql(
+            f"DELETE FROM {c} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
+            {"t": thread_id, "k": pairs},
+        ).rowcount
+        conn.exec_driver_sql(
+            f"DELETE FROM {b} AS bl WHERE bl.thread_id = %(t)s AND NOT EXISTS ("  # noqa: S608
+            f"SELECT 1 FROM {c} AS cp, jsonb_each_text(cp.checkpoint -> 'channel_versions') AS v "
+            "WHERE cp.thread_id = bl.thread_id AND cp.checkpoint_ns = bl.checkpoint_ns "
+            "AND v.key = bl.channel AND v.value = bl.version)",
+            {"t": thread_id},
+        )
+    return Deleted(n, w)

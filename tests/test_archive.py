@@ -1,0 +1,113 @@
+"""Archive before delete: a sweep's archive, read back read-only, copied back unchanged."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import langgraph_graph as lg
+import pytest
+
+import durability
+from durability.errors import ReadOnlyStoreError
+from durability.model import Checkpoint, PendingWrite
+from durability.settings import Settings
+from durability.sweep import sweep
+from durability.transfer import plan_copy
+
+SETTINGS = Settings(waiting_retention=timedelta(days=30), finished_retention=timedelta(days=7))
+
+
+def _contents(store: durability.stores.Store) -> dict[str, Any]:
+    """Every thread's checkpoints (no seq or size), writes and ledger fields."""
+    out: dict[str, Any] = {}
+    for record in store.iter_threads():
+        cps = store._select(durability.stores.rows.Select(record.thread_id, None))
+        rows = [{k: v for k, v in asdict(r).items() if k not in ("seq",)} for r in cps]
+        keys = [(r["namespace"], r["checkpoint_id"]) for r in rows]
+        writes = store._select_writes(record.thread_id, keys)
+        out[record.thread_id] = {
+            "rows": rows,
+            "writes": {f"{k}": [asdict(w) for w in ws] for k, ws in sorted(writes.items())},
+            "ledger": (record.owner, record.started_at, record.finished_at, record.due_at),
+        }
+    return out
+
+
+def test_a_langgraph_sweep_archive_reads_back_and_copies_back_identical(tmp_path: Path) -> None:
+    """LangGraph SQLite → sweep --archive → archive:/// → copy → same rows as copying the original."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db = tmp_path / "checkpoints.db"
+    saver = SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    for t in ("a", "b", "c"):
+        lg.start(saver, t)
+    lg.resume_sync(saver, "b", "yes")
+    saver.conn.close()
+    original = tmp_path / "original.db"
+    shutil.copy(db, original)
+    url = f"langgraph+sqlite:///{db}?writable=true"
+    with durability.open(url, settings=SETTINGS) as store:
+        store.record_run_start("b", run_id="r1", owner="billing")
+        store.mark_finished("b")
+    later = datetime.now(UTC) + timedelta(days=60)
+    with durability.open(url, settings=SETTINGS) as store:
+        result = sweep(store, now=later, archive=tmp_path / "archive")
+        assert sorted(result.deleted_ids()) == ["a", "b", "c"]
+        assert list(store.iter_threads()) == []
+    expected = f"sqlite:///{tmp_path / 'expected.db'}"
+    durability.copy(f"langgraph+sqlite:///{original}", expected)
+    back = f"sqlite:///{tmp_path / 'back.db'}"
+    archive = f"archive:///{tmp_path / 'archive'}"
+    durability.copy(archive, back)
+    with durability.open(expected) as want, durability.open(back) as got:
+        mine, theirs = _contents(got), _contents(want)
+    assert {t: v["rows"] for t, v in mine.items()} == {t: v["rows"] for t, v in theirs.items()}
+    assert {t: v["writes"] for t, v in mine.items()} == {t: v["writes"] for t, v in theirs.items()}
+    assert mine["b"]["ledger"][0] == "billing"
+    with durability.open(archive) as read:
+        assert read.latest("b").status == "completed"  # type: ignore[union-attr]
+        assert plan_copy(read, back).summary()["counts"]["skip"] == 3
+
+
+def test_a_durability_sweep_archive_round_trips_and_the_archive_is_read_only(
+    tmp_path: Path,
+) -> None:
+    """A SQLite store's due thread: archived with writes and ledger, then refused as a target."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with durability.open(url, settings=SETTINGS) as store:
+        store.put_many(
+            [Checkpoint(thread_id="t", checkpoint_id=f"c{i}", state={"i": i}) for i in range(3)]
+        )
+        store.put_writes(
+            [
+                PendingWrite(
+                    thread_id="t", checkpoint_id="c2", task_id="x", idx=0, channel="n", value=5
+                )
+            ]
+        )
+        store.record_run_start("t", run_id="r", owner="ops")
+        store.mark_finished("t")
+        before = _contents(store)
+        result = sweep(store, now=datetime.now(UTC) + timedelta(days=8), archive=tmp_path / "ar")
+        assert result.deleted_ids() == ["t"]
+    (path,) = (tmp_path / "ar").glob("*.jsonl.gz")
+    with gzip.open(path) as lines:
+        kinds = [json.loads(line)["kind"] for line in lines]
+    assert kinds == ["header", "thread", "checkpoint", "checkpoint", "checkpoint", "write"]
+    back = f"sqlite:///{tmp_path / 'back.db'}"
+    durability.copy(f"archive:///{tmp_path / 'ar'}", back)
+    with durability.open(back) as store:
+        assert _contents(store)["t"]["rows"] == before["t"]["rows"]
+        assert _contents(store)["t"]["ledger"] == before["t"]["ledger"]
+    with (
+        durability.open(f"archive:///{tmp_path / 'ar'}") as read,
+        pytest.raises(ReadOnlyStoreError),
+    ):
+        read.put(Checkpoint(thread_id="t2"))
