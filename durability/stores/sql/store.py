@@ -45,6 +45,7 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     synced_table,
@@ -181,6 +182,7 @@ class SQLStore(Store):
                 parks,
                 connections,
                 tombstones,
+                outbox_history,
             ):
                 conn.execute(table.delete())
             # The erasure secret stays: other handles on the store hold it already.
