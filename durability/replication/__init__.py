@@ -24,6 +24,7 @@ from durability.replication.connection import (
     database_key,
     disconnect,
 )
+from durability.replication.erasure import EraseReport, erase_thread, send_erase_requests
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
 from durability.replication.status import ProjectOutbox, outbox_status
 from durability.replication.wire import (
@@ -47,6 +48,7 @@ __all__ = [
     "Connection",
     "DrainReport",
     "DrainWorker",
+    "EraseReport",
     "HistoryPage",
     "IngestAnswer",
     "PayloadEncoder",
@@ -60,10 +62,12 @@ __all__ = [
     "database_key",
     "disconnect",
     "drain_once",
+    "erase_thread",
     "is_durability_item",
     "outbox_status",
     "path_segment",
     "resource_type",
+    "send_erase_requests",
     "supports_outbox",
     "was_stripped",
 ]

@@ -20,6 +20,7 @@ from durability.stores.sql.schema import (
     checkpoint_table,
     checkpoints,
     connections,
+    erase_requests,
     meta_table,
     migrations_table,
     outbox_table,
@@ -251,6 +252,11 @@ def outbox_triggers(conn: SAConnection) -> list[str]:
     ]
 
 
+def _erase_requests(conn: SAConnection) -> None:
+    """Version 12: erasures waiting for the plane, sent by the drain like unsent rows."""
+    create(conn, erase_requests)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -264,6 +270,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("sweep lock", _sweep_lock),
     ("tombstones", _tombstones),
     ("outbox tables", _outbox_tables),
+    ("erase requests", _erase_requests),
 )
 
 

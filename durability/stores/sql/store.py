@@ -40,6 +40,7 @@ from durability.stores.sql.schema import (
     checkpoints,
     connections,
     delta,
+    erase_requests,
     hash_of,
     meta_table,
     migrations_table,
@@ -179,6 +180,7 @@ class SQLStore(Store):
                 parks,
                 connections,
                 tombstones,
+                erase_requests,
             ):
                 conn.execute(table.delete())
             # The erasure secret stays: other handles on the store hold it already.
