@@ -281,22 +281,40 @@ class LangGraphScans(Scans):
             {r.thread_id: r for r in side.sweep_records()} if side is not None else {}
         )
         ids = list(totals) + [t for t in ledger if t not in totals]
-        records = [self._record(t, totals.get(t), ledger.get(t)) for t in ids]
-        values = [
-            (
-                r.checkpoints,
-                r.size_bytes,
-                micros(r.newest_at),
-                micros(r.started_at),
-                micros(r.finished_at),
-                micros(r.due_at),
-                span(r.declared_waiting),
-                span(r.declared_finished),
-                None if r.lease is None else micros(r.lease.expires_at),
+        values: list[tuple[int | None, ...]] = []
+        for t in ids:
+            total, r = totals.get(t), ledger.get(t)
+            count, size, newest = (0, 0, None) if total is None else total
+            newest_us = micros(self._newest(t, newest)) if total is not None else None
+            if r is None:
+                values.append((count, size, newest_us, None, None, None, None, None, None))
+                continue
+            values.append(
+                (
+                    count,
+                    size,
+                    newest_us,
+                    micros(r.started_at),
+                    micros(r.finished_at),
+                    micros(r.due_at),
+                    span(r.declared_waiting),
+                    span(r.declared_finished),
+                    None if r.lease is None else micros(r.lease.expires_at),
+                )
             )
-            for r in records
-        ]
-        return SweepColumns.of(ids, values, records.__getitem__)
+
+        def record(i: int) -> ThreadRecord:
+            return self._record(ids[i], totals.get(ids[i]), ledger.get(ids[i]))
+
+        return SweepColumns.of(ids, values, record)
+
+    def _newest(self, thread_id: str, newest_id: str | None) -> datetime | None:
+        """The newest checkpoint's time: from its UUIDv6 id, else its own ``ts``."""
+        found = id_time(newest_id) if newest_id else None
+        if found is None:
+            latest = self.store.latest(thread_id)
+            found = latest.created_at if latest is not None else None
+        return found
 
     def _record(
         self, thread_id: str, total: tuple[int, int, str] | None, ledger: ThreadRecord | None
@@ -304,12 +322,11 @@ class LangGraphScans(Scans):
         if total is None:
             return ledger or ThreadRecord(thread_id=thread_id)
         count, size, newest_id = total
-        newest = id_time(newest_id)
-        if newest is None:  # not a LangGraph-made id: the checkpoint's own time
-            found = self.store.latest(thread_id)
-            newest = found.created_at if found is not None else None
         record = ThreadRecord(
-            thread_id=thread_id, checkpoints=count, size_bytes=size, newest_at=newest
+            thread_id=thread_id,
+            checkpoints=count,
+            size_bytes=size,
+            newest_at=self._newest(thread_id, newest_id),
         )
         return with_ledger(record, ledger)
 
@@ -325,8 +342,8 @@ class LangGraphScans(Scans):
             blobs_sql = None
         else:
             sql = (
-                "SELECT thread_id, count(*), sum(octet_length(checkpoint::text) + "  # noqa: S608
-                'octet_length(metadata::text)), max(checkpoint_id COLLATE "C") '
+                "SELECT thread_id, count(*), sum(pg_column_size(checkpoint) + "  # noqa: S608
+                'pg_column_size(metadata)), max(checkpoint_id COLLATE "C") '
                 f"FROM {store.table('checkpoints')} GROUP BY thread_id"
             )
             blobs_sql = (
@@ -359,7 +376,10 @@ class LangGraphScans(Scans):
         under it. After each transaction the deleter pauses (as long as a waiting writer's busy
         handler sleeps between tries, at most 0.1 s) so a live writer gets the lock.
         """
-        size, at = min(100, len(thread_ids)), 0
+        # Postgres locks rows, not the table: a writer of another thread never waits, so a
+        # store call is one transaction unless it runs long; SQLite starts small.
+        first = 100 if self.store.dialect == "sqlite" else 5000
+        size, at = min(first, len(thread_ids)), 0
         delete = self._delete_sqlite if self.store.dialect == "sqlite" else self._delete_postgres
         while at < len(thread_ids):
             chunk = thread_ids[at : at + size]
@@ -399,21 +419,19 @@ class LangGraphScans(Scans):
         c, b, w = (
             self.store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
         )
-        sql = (
-            f"WITH c AS (DELETE FROM {c} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "  # noqa: S608
-            f"b AS (DELETE FROM {b} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "
-            f"w AS (DELETE FROM {w} WHERE thread_id = ANY(%(t)s) RETURNING thread_id) "
-            "SELECT 'c', thread_id, count(*) FROM c GROUP BY thread_id UNION ALL "
-            "SELECT 'w', thread_id, count(*) FROM w GROUP BY thread_id UNION ALL "
-            "SELECT 'b', NULL, count(*) FROM b"
-        )
-        cps: dict[str, int] = {}
-        ws: dict[str, int] = {}
+        # Counted first (an index-only read), then deleted plainly: RETURNING every row cost
+        # as much as the delete itself. A row raced in between is deleted uncounted; the
+        # rounds' still_holding check does not depend on the counts.
+        counted = "SELECT thread_id, count(*) FROM {} WHERE thread_id = ANY(%(t)s) GROUP BY 1"
         with self.store.writer("delete threads") as conn:
-            for kind, thread_id, n in conn.exec_driver_sql(sql, {"t": chunk}):
-                if kind != "b":
-                    (cps if kind == "c" else ws)[thread_id] = int(n)
-        return {t: Deleted(cps.get(t, 0), ws.get(t, 0)) for t in chunk}
+            cursor = conn.connection.cursor()
+            counts: list[dict[str, int]] = []
+            for table in (c, w):
+                cursor.execute(counted.format(table), {"t": chunk})
+                counts.append(dict(cursor.fetchall()))
+            for table in (c, w, b):
+                cursor.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%(t)s)", {"t": chunk})  # noqa: S608
+        return {t: Deleted(counts[0].get(t, 0), counts[1].get(t, 0)) for t in chunk}
 
     def _still_holding(self, thread_ids: list[str]) -> set[str]:
         store = self.store
