@@ -42,7 +42,6 @@ from durability.errors import CheckpointStoreFormatError, StoreError
 from durability.model import Deleted, Lease, ThreadRecord
 from durability.settings import Retention
 from durability.stores.ledger import Ledger
-from durability.stores.rows import CheckpointKey
 from durability.stores.scans import Scans, SweepColumns, micros, span
 from durability.stores.sweep_lock import SweepLock
 
@@ -502,44 +501,82 @@ class SQLiteWriter:
 # ---------------------------------------------------------------------------- some checkpoints
 
 
-def delete_checkpoints(store: LangGraphStore, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
-    """Delete these checkpoints of a thread with their writes, and (Postgres) every blob of the
-    thread no remaining checkpoint references, in one transaction."""
+def delete_checkpoints(
+    store: LangGraphStore, keys: Sequence[tuple[str, str, str]]
+) -> dict[str, Deleted]:
+    """Delete these ``(thread, namespace, checkpoint_id)`` checkpoints with their writes, and
+    (Postgres) every blob of their threads no remaining checkpoint references, in one
+    transaction; what each thread lost."""
     check_schema(store, "delete checkpoints")
-    pairs = json.dumps([[ns, cid] for ns, cid in keys])
+    triples = json.dumps([list(k) for k in keys])
+    threads = sorted({k[0] for k in keys})
+    found: dict[str, list[int]] = {t: [0, 0] for t in threads}
     if store.dialect == "sqlite":
+        doomed = "SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)"
         with store.writer("delete checkpoints") as conn:
-            n = 0
-            w = 0
-            for table in ("writes", "checkpoints"):
-                cur = conn.execute(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) "  # noqa: S608
-                    "IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-                    (thread_id, pairs),
-                )
-                if table == "writes":
-                    w = cur.rowcount
-                else:
-                    n = cur.rowcount
-        return Deleted(n, w)
+            for at, table in ((1, "writes"), (0, "checkpoints")):
+                for (thread_id,) in conn.execute(
+                    f"DELETE FROM {table} WHERE (thread_id, checkpoint_ns, checkpoint_id) "  # noqa: S608
+                    f"IN ({doomed}) RETURNING thread_id",
+                    (triples,),
+                ):
+                    found[thread_id][at] += 1
+        return {t: Deleted(*n) for t, n in found.items()}
     c, b, wt = (store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
-    doomed = (
-        "SELECT e ->> 0 AS ns, e ->> 1 AS cid FROM jsonb_array_elements(CAST(%(k)s AS jsonb)) e"
-    )
+    doomed = "SELECT e ->> 0, e ->> 1, e ->> 2 FROM jsonb_array_elements(CAST(%(k)s AS jsonb)) AS e"
     with store.writer("delete checkpoints") as conn:
-        w = conn.exec_driver_sql(
-            f"DELETE FROM {wt} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
-            {"t": thread_id, "k": pairs},
-        ).rowcount
-        n = conn.exec_driver_sql(
-            f"DELETE FROM {c} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
-            {"t": thread_id, "k": pairs},
-        ).rowcount
-        conn.exec_driver_sql(
-            f"DELETE FROM {b} AS bl WHERE bl.thread_id = %(t)s AND NOT EXISTS ("  # noqa: S608
-            f"SELECT 1 FROM {c} AS cp, jsonb_each_text(cp.checkpoint -> 'channel_versions') AS v "
-            "WHERE cp.thread_id = bl.thread_id AND cp.checkpoint_ns = bl.checkpoint_ns "
-            "AND v.key = bl.channel AND v.value = bl.version)",
-            {"t": thread_id},
+        cursor = conn.connection.cursor()
+        for at, table in ((1, wt), (0, c)):
+            cursor.execute(
+                f"WITH d AS (DELETE FROM {table} WHERE (thread_id, checkpoint_ns, checkpoint_id) "  # noqa: S608
+                f"IN ({doomed}) RETURNING thread_id) SELECT thread_id, count(*) FROM d GROUP BY 1",
+                {"k": triples},
+            )
+            for thread_id, n in cursor.fetchall():
+                found[thread_id][at] += int(n)
+        cursor.execute(
+            f"DELETE FROM {b} AS bl WHERE bl.thread_id = ANY(%(t)s) AND NOT EXISTS ("  # noqa: S608
+            f"SELECT 1 FROM {c} AS cp WHERE cp.thread_id = bl.thread_id "
+            "AND cp.checkpoint_ns = bl.checkpoint_ns "
+            "AND cp.checkpoint -> 'channel_versions' ->> bl.channel = bl.version)",
+            {"t": threads},
         )
-    return Deleted(n, w)
+    return {t: Deleted(*n) for t, n in found.items()}
+
+
+def thin_points(
+    store: LangGraphStore, chosen: set[str] | None
+) -> Iterator[tuple[str, list[tuple[str, str, datetime | None, int, str, bool]]]]:
+    """Per thread, its checkpoints in write order for thinning: namespace, id, time (from the
+    id), stored bytes, ``keep-previous`` for a pre-v4 checkpoint (its parent holds its pending
+    sends; Postgres only, where the format is readable), and whether it marks delta channels."""
+    store.ready()
+    if store.dialect == "sqlite":
+        sql = (
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, coalesce(length(checkpoint), 0) + "
+            "coalesce(length(metadata), 0), 0, json_extract(CAST(metadata AS TEXT), "
+            "'$.counters_since_delta_snapshot') IS NOT NULL FROM checkpoints "
+            "ORDER BY thread_id, rowid"
+        )
+    else:
+        sql = (
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, pg_column_size(checkpoint) + "  # noqa: S608
+            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4, "
+            "metadata ? 'counters_since_delta_snapshot' "
+            f'FROM {store.table("checkpoints")} ORDER BY thread_id, checkpoint_id COLLATE "C"'
+        )
+    with store.read("read checkpoints to thin") as conn:
+        rows = conn.exec_driver_sql(sql).all()
+    current: str | None = None
+    points: list[tuple[str, str, datetime | None, int, str, bool]] = []
+    for thread_id, ns, cid, size, old, delta in rows:
+        if chosen is not None and thread_id not in chosen:
+            continue
+        if thread_id != current:
+            if current is not None:
+                yield current, points
+            current, points = thread_id, []
+        why = "keep-previous" if old else ""
+        points.append((ns, cid, id_time(cid), int(size or 0), why, bool(delta)))
+    if current is not None:
+        yield current, points
