@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, Protocol
 
 from durability import codec
+from durability.clock import as_utc
 from durability.crypto.format import ENVELOPE_PREFIX, Sealed
 from durability.model import Checkpoint, PendingWrite
 
@@ -123,7 +125,7 @@ class EncodedCheckpoint:
             counters,
             context,
             metadata,
-            sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+            utf8_len("".join(texts)),
         )
 
     def decode(self, state: str | None = None) -> Checkpoint:
@@ -169,10 +171,14 @@ class EncodedCheckpoint:
 
     def values(self) -> tuple[object, ...]:
         """The stored fields in :data:`STORED_FIELDS` order."""
-        return tuple(getattr(self, name) for name in STORED_FIELDS)
+        return _stored_values(self)
 
 
 assert tuple(f.name for f in fields(EncodedCheckpoint)) == (*STORED_FIELDS, "seq")
+_stored_values = attrgetter(*STORED_FIELDS)
+#: A checkpoint's fields, read in one call (``stored`` copies them without ``__init__``).
+_CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint))
+_checkpoint_values = attrgetter(*_CHECKPOINT_FIELDS)
 
 
 @dataclass(slots=True)
@@ -321,12 +327,24 @@ def stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
     ``datetime.timezone``).
     """
     row.seq = seq
-    return cp.evolve(
-        checkpoint_id=row.checkpoint_id,
-        created_at=row.created_at,
-        seq=seq,
-        size_bytes=row.size_bytes,
-    )
+    if type(cp) is not Checkpoint:  # a subclass may check more in its __init__
+        return cp.evolve(
+            checkpoint_id=row.checkpoint_id,
+            created_at=row.created_at,
+            seq=seq,
+            size_bytes=row.size_bytes,
+        )
+    # A field-by-field copy: ``cp`` was checked when it was built, so ``replace``'s call of
+    # ``__init__`` and its checks (a tenth of a SQLite put) would only repeat them.
+    copy = object.__new__(Checkpoint)
+    put = object.__setattr__
+    for name, value in zip(_CHECKPOINT_FIELDS, _checkpoint_values(cp), strict=True):
+        put(copy, name, value)
+    put(copy, "checkpoint_id", row.checkpoint_id)
+    put(copy, "created_at", as_utc(row.created_at))
+    put(copy, "seq", seq)
+    put(copy, "size_bytes", row.size_bytes)
+    return copy
 
 
 def utf8_len(text: str) -> int:
