@@ -16,6 +16,8 @@ Endpoints (every one authenticated by ``X-API-Key``, scoped to the key's domain 
 ``POST /public/v1/checkpoints/erase``                      erase an execution (``{"execution_id"}``):
                                                            keys created with the erase permission
                                                            only (403 otherwise); idempotent
+``POST /public/v1/checkpoints/digest``                     per execution: row count and checksum of
+                                                           the checkpoint ids (``ids``: the ids too)
 =========================================================  ============================================
 
 Erasure records the tombstone (a keyed hash of the execution id under the tenant's secret) before
@@ -70,6 +72,8 @@ SCOPES = ["checkpoint:write", "checkpoint:read", "agent:write"]
 ENTITLEMENT = "connected_state_plane"
 #: The item fields held as text columns (a NUL in one is refused: Postgres text cannot hold it).
 _TEXT_FIELDS = ("checkpoint_id", "execution_id", "agent_id", "chain_id", "node_id")
+#: How many executions one digest request may name.
+DIGEST_EXECUTIONS = 1000
 #: Page cursors longer than this are not ones the plane issued.
 _CURSOR_CHARS = 200
 
@@ -394,6 +398,33 @@ class Plane:
     def _erased(self, tenant: Tenant, execution_id: str) -> bool:
         return bool(self.storage.erased(tenant, [execution_id]))
 
+    async def digest(self, request: Request) -> Response:
+        """``POST …/checkpoints/digest`` ``{"execution_ids": [...], "ids": false}``: per execution,
+        how many rows the key's project holds and their ids' checksum (never a state).
+
+        At most :data:`DIGEST_EXECUTIONS` executions a request; with ``ids`` at most one, and
+        the answer lists its checkpoint ids. Anything else is refused with 422, naming it.
+        """
+        tenant = self.tenant(request)
+        if tenant is None:
+            return _error(401, "invalid or revoked API key")
+        body = await _object_body(request)
+        executions, with_ids = body.get("execution_ids"), body.get("ids", False)
+        limit = 1 if with_ids is True else DIGEST_EXECUTIONS
+        if (
+            not isinstance(executions, list)
+            or not 1 <= len(executions) <= limit
+            or not all(isinstance(e, str) and e and "\x00" not in e for e in executions)
+            or not isinstance(with_ids, bool)
+        ):
+            return _error(
+                422,
+                f"execution_ids must be a list of 1 to {limit} non-empty execution ids (text "
+                "without NUL), and ids true or false (with ids, one execution at a time)",
+            )
+        items = self.storage.digest(tenant, list(dict.fromkeys(executions)), with_ids=with_ids)
+        return _json({"items": items})
+
     async def runs(self, request: Request) -> Response:
         tenant = self.tenant(request)
         if tenant is None:
@@ -527,6 +558,7 @@ def create_app(
         Route("/public/v1/sdk/agents", plane.register_agent, methods=["POST"]),
         Route("/public/v1/checkpoints/ingest", plane.ingest, methods=["POST"]),
         Route("/public/v1/checkpoints/erase", plane.erase, methods=["POST"]),
+        Route("/public/v1/checkpoints/digest", plane.digest, methods=["POST"]),
         Route("/public/v1/checkpoints/{rest:durability_any}", plane.checkpoints, methods=["GET"]),
         Route("/public/v1/runs", plane.runs, methods=["GET"]),
     ]

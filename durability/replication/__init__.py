@@ -26,7 +26,12 @@ from durability.replication.connection import (
 )
 from durability.replication.erasure import EraseReport, erase_thread, send_erase_requests
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
-from durability.replication.status import ProjectOutbox, outbox_status
+from durability.replication.status import (
+    ProjectOutbox,
+    describe_drains,
+    draining_projects,
+    outbox_status,
+)
 from durability.replication.wire import (
     CLEAR,
     CODEC_MARK,
@@ -60,8 +65,10 @@ __all__ = [
     "checkpoint_to_wire",
     "connect",
     "database_key",
+    "describe_drains",
     "disconnect",
     "drain_once",
+    "draining_projects",
     "erase_thread",
     "is_durability_item",
     "outbox_status",

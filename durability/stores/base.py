@@ -69,7 +69,13 @@ from durability.stores.rows import (
     stored,
 )
 from durability.stores.scans import Scans
-from durability.stores.sealing import open_checkpoint, open_write, seal_checkpoint, seal_write
+from durability.stores.sealing import (
+    Reseal,
+    open_checkpoint,
+    open_write,
+    seal_checkpoint,
+    seal_write,
+)
 from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
@@ -625,6 +631,11 @@ class Store(ABC):
     def _set_status(self, address: CheckpointAddress, change: StatusChange) -> bool:
         """Change one stored row's status and interrupt fields (``size_bytes`` follows the new
         context's length); ``False`` if the row is absent."""
+
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        """Replace these checkpoints' state texts in one transaction, each only where it still
+        holds ``old`` (re-encryption); ``size_bytes`` follows. Optional: the core providers have it."""
+        raise self.missing("re-encryption", "re-encrypt checkpoints")
 
     def _has_any_checkpoint(self) -> bool:
         """Whether the store holds any checkpoint (a backend answers this in one read)."""

@@ -33,6 +33,7 @@ from durability.stores.scans import (
     row_scalars,
     thread_row,
 )
+from durability.stores.sealing import Reseal
 from durability.stores.tombstones import EraseRequest, Tombstones, new_secret
 
 
@@ -165,6 +166,14 @@ class MemoryStore(Store):
             return {
                 (ns, cid): list(writes.get((thread_id, ns, cid), {}).values()) for ns, cid in keys
             }
+
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        with self._data.lock:
+            for change in changes:
+                address = (change.thread_id, change.namespace, change.checkpoint_id)
+                row = self._data.ids.get(address)
+                if row is not None and row.state == change.old:
+                    row.state, row.size_bytes = change.new, row.size_bytes + change.delta
 
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         with self._data.lock:

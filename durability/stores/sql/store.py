@@ -6,6 +6,7 @@ this package, all over one :class:`~durability.stores.sql.engine.Database`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from durability.model import Deleted, ThreadRecord, Tombstone
 from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
+from durability.stores.sealing import Reseal
 from durability.stores.sql.engine import (
     Database,
     Options,
@@ -44,6 +46,7 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     synced_table,
@@ -181,6 +184,7 @@ class SQLStore(Store):
                 connections,
                 tombstones,
                 erase_requests,
+                outbox_history,
             ):
                 conn.execute(table.delete())
             # The erasure secret stays: other handles on the store hold it already.
@@ -328,6 +332,31 @@ class SQLStore(Store):
         return found
 
     @reconnecting
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        statement = (
+            checkpoints.update()
+            .where(
+                checkpoints.c.ckey == sa.bindparam("k"),
+                checkpoints.c.thread_id == sa.bindparam("t"),
+                checkpoints.c.state == sa.bindparam("old"),
+            )
+            .values(
+                state=sa.bindparam("new"), size_bytes=checkpoints.c.size_bytes + sa.bindparam("d")
+            )
+        )
+        params = [
+            {
+                "k": checkpoint_key(c.thread_id, c.namespace, c.checkpoint_id),
+                "t": c.thread_id,
+                "old": c.old,
+                "new": c.new,
+                "d": c.delta,
+            }
+            for c in changes
+        ]
+        with self.db.write("re-encrypt checkpoints") as conn:
+            conn.execute(statement, params)
+
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         thread_id, namespace, checkpoint_id = address
         where = (
