@@ -10,11 +10,15 @@ backend (a Redis index entry removed).
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 import durability
@@ -23,11 +27,17 @@ from durability.cli import cli
 from durability.clock import FrozenClock
 from durability.doctor import CHECKS, diagnose
 from durability.doctor.repair import apply_repairs, plan_repairs
+from durability.doctor.replica import Replica
 from durability.model import STEP_FORK_ORIGIN, STEP_RUN_END
+from durability.replication import connect, disconnect
+from durability.replication.client import PlaneClient
+from durability.replication.wire import ids_checksum
 from durability.settings import Settings
 from durability.stores import Store
 from durability.testing import StoreTarget
-from tests.conftest import PROVIDERS, make_target
+from tests import langgraph_graph as lg
+from tests.conftest import POSTGRES_URL, PROVIDERS, make_target
+from tests.plane_support import PlaneHandle, fast_backoff
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=20)
@@ -77,6 +87,10 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
     store.put(Checkpoint(thread_id="f"))
     store.mark_finished("f")
     expected.add(("finished_past_due", "f"))
+    if store.tombstones is not None:
+        store.put(Checkpoint(thread_id="erased"))
+        store.tombstones.bury("erased")  # a tombstone, and the rows still there
+        expected.add(("erased_thread_holds_rows", "erased"))
     if store.capabilities.can_park:
         _cp, _ = store.park(Checkpoint(thread_id="k", run_id="r2"), deadline=T0 + timedelta(days=1))
         expected.add(("park_past_deadline", "k"))
@@ -237,3 +251,125 @@ def test_a_redis_index_that_disagrees_is_found(tmp_path: Path) -> None:
         # the stray threads entry is gone already: reading the threads drops it
         assert report["applied"] == {"rebuild_redis_indexes": 1}
         assert report["after"]["problems"] == []
+
+
+def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
+    target: StoreTarget, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a real plane: rows drained for real are whole; rows marked synced by hand (the
+    plane never got them) are named, thread by thread; a row deleted locally is not a gap."""
+    with target.open(settings=SETTINGS) as store:
+        if store.outbox is None:
+            assert "replica_short" in diagnose(store).skipped
+            return
+        put_chain(store, "whole", ["w1", "w2", "w3"])
+        put_chain(store, "thinned", ["t1", "t2"])
+        connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+        deadline = time.monotonic() + 15
+        while store.outbox(state="pending") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        disconnect(store, timeout=5)
+        store.delete_checkpoints("thinned", [("", "t1")])
+        short = [store.put(Checkpoint(thread_id="whole", checkpoint_id="w4"))]
+        short.append(store.put(Checkpoint(thread_id="short", checkpoint_id="s1")))
+        store.outbox.mark_synced([(c.thread_id, c.seq) for c in short])  # type: ignore[misc]
+        replica = Replica.of(PlaneClient(plane.url, plane.key, http=plane.http()))
+        problems = diagnose(store, plane=replica).problems
+    assert {(p.check, p.thread_id, p.rows) for p in problems} == {
+        ("replica_short", "short", 1),
+        ("replica_short", "whole", 1),
+    }
+    assert all("'w4'" in p.detail or "'s1'" in p.detail for p in problems)
+    monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
+    result = CliRunner().invoke(
+        cli,
+        ["doctor", target.url, "--plane", plane.url, "--api-key-env", "DOCTOR_TEST_KEY", "--json"],
+    )
+    assert result.exit_code == 1, result.output
+    assert plane.key not in result.output
+    assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
+
+
+def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
+    """401 without a key; 422 naming the rule for every malformed body; never a 5xx."""
+    url, headers = plane.url + "/public/v1/checkpoints/digest", {"X-API-Key": plane.key}
+    with plane.http() as http:
+        assert http.post(url, json={"execution_ids": ["a"]}).status_code == 401
+        for body in (
+            b"",
+            b"[]",
+            b'{"execution_ids": "a"}',
+            b'{"execution_ids": []}',
+            b'{"execution_ids": ["a", 1]}',
+            b'{"execution_ids": ["a\\u0000"]}',
+            b'{"execution_ids": ["a", "b"], "ids": true}',
+            b'{"execution_ids": ["a"], "ids": 1}',
+            b"\xff\xfe",
+        ):
+            answer = http.post(url, content=body, headers=headers)
+            assert answer.status_code == 422, body
+            assert "execution_ids must be" in answer.json()["detail"]
+        answer = http.post(
+            url, json={"execution_ids": ["nothing-here"], "ids": True}, headers=headers
+        )
+    assert answer.json()["items"] == [
+        {
+            "execution_id": "nothing-here",
+            "count": 0,
+            "checksum": ids_checksum([]),
+            "checkpoint_ids": [],
+        }
+    ]
+
+
+def _orphan_langgraph_rows(saver: Any) -> None:
+    """A real graph run (whole), then writes against a checkpoint that does not exist."""
+    lg.start(saver, "graph")
+    saver.put_writes(
+        {"configurable": {"thread_id": "gone", "checkpoint_ns": "", "checkpoint_id": "ghost"}},
+        [("messages", "left behind")],
+        task_id="task-1",
+    )
+
+
+def test_a_langgraph_sqlite_store_with_orphan_writes(tmp_path: Path) -> None:
+    """A file SqliteSaver wrote: the graph's own thread is whole; the writes no checkpoint
+    references are named; --fix refuses the read-only store."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db = tmp_path / "checkpoints.db"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    _orphan_langgraph_rows(SqliteSaver(conn))
+    conn.close()
+    url = f"langgraph+sqlite:///{db}"
+    with durability.open(url) as store:
+        [problem] = diagnose(store).problems
+    assert (problem.check, problem.thread_id, problem.rows) == ("langgraph_unreferenced", "gone", 1)
+    assert problem.keys == (("write", "", "ghost", "task-1", "0"),)
+    fixed = CliRunner().invoke(cli, ["doctor", url, "--fix", "--yes"])
+    assert fixed.exit_code == 1
+    assert "read-only here" in fixed.output
+
+
+def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
+    """A schema PostgresSaver wrote: blobs and writes left when their checkpoints were deleted
+    by hand are named per thread; the whole thread reports nothing."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    for url in make_target("postgres", tmp_path):
+        schema = url.url.split("schema=")[1].split("&")[0]
+        with sa.create_engine(POSTGRES_URL).begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        dsn = f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            saver.setup()
+            lg.start(saver, "graph")
+            lg.start(saver, "deleted")
+            with saver._cursor() as cur:
+                cur.execute("DELETE FROM checkpoints WHERE thread_id = 'deleted'")
+        lg_url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+        with durability.open(lg_url) as store:
+            problems = diagnose(store).problems
+        assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
+        kinds = {key[0] for key in problems[0].keys}
+        assert kinds == {"write", "blob"}

@@ -24,8 +24,14 @@ from durability.replication.connection import (
     database_key,
     disconnect,
 )
+from durability.replication.erasure import EraseReport, erase_thread, send_erase_requests
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
-from durability.replication.status import ProjectOutbox, outbox_status
+from durability.replication.status import (
+    ProjectOutbox,
+    describe_drains,
+    draining_projects,
+    outbox_status,
+)
 from durability.replication.wire import (
     CLEAR,
     CODEC_MARK,
@@ -47,6 +53,7 @@ __all__ = [
     "Connection",
     "DrainReport",
     "DrainWorker",
+    "EraseReport",
     "HistoryPage",
     "IngestAnswer",
     "PayloadEncoder",
@@ -58,12 +65,16 @@ __all__ = [
     "checkpoint_to_wire",
     "connect",
     "database_key",
+    "describe_drains",
     "disconnect",
     "drain_once",
+    "draining_projects",
+    "erase_thread",
     "is_durability_item",
     "outbox_status",
     "path_segment",
     "resource_type",
+    "send_erase_requests",
     "supports_outbox",
     "was_stripped",
 ]

@@ -20,8 +20,10 @@ from durability.stores.sql.schema import (
     checkpoint_table,
     checkpoints,
     connections,
+    erase_requests,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     sweep_lock_table,
@@ -251,6 +253,34 @@ def outbox_triggers(conn: SAConnection) -> list[str]:
     ]
 
 
+def _outbox_history(conn: SAConnection) -> None:
+    """Version 12: a released row is pending again from its release (``pending_since``, in the
+    outbox and, after the ack, in the synced record), and the span it was pending before its
+    quarantine is kept in a table of its own, so a release never changes the backlog of days
+    past (decision 0071)."""
+    for table in (outbox_table, synced_table):
+        if "pending_since" not in _columns_of(conn, table.name):
+            _add_column(conn, table, "pending_since", "BIGINT")
+    create(conn, outbox_history)
+
+
+def _thread_id_index(conn: SAConnection) -> None:
+    """Version 13: the ledger's thread ids indexed in code point order (Postgres: the "C"
+    collation), so the thread picker searches a prefix as a range and pages through it,
+    never listing every id. The ledger is written per run, not per checkpoint: a put pays
+    nothing for it."""
+    collate = ' COLLATE "C"' if conn.dialect.name == "postgresql" else ""
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_durability_threads_id "
+        f"ON {_qualified(conn, threads.name)} (thread_id{collate})"
+    )
+
+
+def _erase_requests(conn: SAConnection) -> None:
+    """Version 14: erasures waiting for the plane, sent by the drain like unsent rows."""
+    create(conn, erase_requests)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -264,6 +294,9 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("sweep lock", _sweep_lock),
     ("tombstones", _tombstones),
     ("outbox tables", _outbox_tables),
+    ("outbox history", _outbox_history),
+    ("thread id index", _thread_id_index),
+    ("erase requests", _erase_requests),
 )
 
 

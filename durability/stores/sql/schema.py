@@ -81,6 +81,7 @@ outbox_table = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("sync_error", sa.Text),
     sa.Column("synced_at", sa.BigInteger),
+    sa.Column("pending_since", sa.BigInteger),
 )
 
 #: The record an acknowledgement leaves: when the plane took the row, after how many attempts
@@ -93,6 +94,20 @@ synced_table = sa.Table(
     sa.Column("synced_at", sa.BigInteger),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("last_error", sa.Text),
+    sa.Column("pending_since", sa.BigInteger),
+)
+
+#: What released rows spent pending before their quarantine (migration 12): anonymous spans.
+outbox_history = sa.Table(
+    "durability_outbox_history",
+    metadata,
+    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("pending_from", sa.BigInteger, nullable=False),
+    sa.Column("pending_until", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("released_at", sa.BigInteger, nullable=False),
 )
 
 writes = sa.Table(
@@ -170,6 +185,18 @@ tombstones = sa.Table(
     sa.Column("erased_at", sa.BigInteger, nullable=False),
     sa.Column("erased_by", sa.Text, nullable=False),
     sa.Column("receipt", sa.Text, nullable=False),
+)
+
+#: Erasures the plane has not confirmed yet (the thread id stays until it answers).
+erase_requests = sa.Table(
+    "durability_erase_requests",
+    metadata,
+    sa.Column("ekey", KEY, primary_key=True),
+    sa.Column("project_id", sa.String(512), primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("requested_at", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text),
 )
 
 #: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).

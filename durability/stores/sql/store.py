@@ -42,9 +42,11 @@ from durability.stores.sql.schema import (
     checkpoints,
     connections,
     delta,
+    erase_requests,
     hash_of,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     synced_table,
@@ -181,6 +183,8 @@ class SQLStore(Store):
                 parks,
                 connections,
                 tombstones,
+                erase_requests,
+                outbox_history,
             ):
                 conn.execute(table.delete())
             # The erasure secret stays: other handles on the store hold it already.
