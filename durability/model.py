@@ -246,6 +246,8 @@ class OutboxEntry:
     last_error: str | None = None
     synced_at: datetime | None = None
     step_type: str | None = None
+    #: When a released row became pending again (``None``: pending since it was written).
+    pending_since: datetime | None = None
 
     @property
     def quarantined(self) -> bool:

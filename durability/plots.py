@@ -114,7 +114,9 @@ def _date_axis(ax: Axes, label: str = "time (UTC)") -> None:
     ``Dec 03``, month ticks ``Dec 2026``, and the axis label says which dates the data spans,
     so no label can disagree with the data under it. Call it after plotting.
     """
-    locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+    # Ticks a fixed interval apart (not snapped to month starts, which put "Nov 29" and
+    # "Dec 01" side by side).
+    locator = AutoDateLocator(interval_multiples=False)  # type: ignore[no-untyped-call]
     formatter = ConciseDateFormatter(  # type: ignore[no-untyped-call]
         locator,
         formats=["%Y", "%b %Y", "%b %d", "%H:%M", "%H:%M", "%S.%f"],

@@ -97,6 +97,7 @@ def write_report(
     plane: Any = None,
     outage_length: str = "2d",
     drain_rate: float | None = 0.05,
+    size_limit: int | None = None,
 ) -> Path:
     """Write ``out/index.html`` and its charts (PNG) for ``store``; returns the page's path.
 
@@ -106,7 +107,8 @@ def write_report(
     health is added, ``outage_length`` and ``drain_rate`` (rows per second; ``None``: at once)
     the plane outage simulated over the recorded writes (``simulate.outage_backlog``, starting
     two outage lengths before the newest write, as ``explore_store.ipynb`` does). A section the
-    store cannot answer (a store without an outbox) says so.
+    store cannot answer (a store without an outbox) says so. ``size_limit`` is the size (bytes)
+    whose crossing the growth forecast dates (default: twice the store's bytes today).
     """
     import durability.frames as frames
     import durability.plots as plots
@@ -271,6 +273,11 @@ def write_report(
             "sweep_timeline",
             "daily sweeps over four weeks",
         )
+
+    if len(threads):
+        from durability.analyses.sections import add_sections
+
+        add_sections(page, store, policies, at, size_limit=size_limit)
 
     path = out / "index.html"
     title = f"durability report: {redact_url(store.url)}"

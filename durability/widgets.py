@@ -43,6 +43,8 @@ except ModuleNotFoundError as exc:  # the notebook extra
 from durability import frames, plots, simulate
 from durability._util import redact_url
 from durability.errors import DurabilityError
+from durability.humanize import format_bytes
+from durability.replication import describe_drains
 from durability.restore import RestorePlan, RestoreResult, apply_restore, plan_restore
 from durability.runs import NO_VALUE, Runner, RunResult, load_runner
 from durability.settings import Settings, format_duration
@@ -338,8 +340,11 @@ class OutboxMonitor:
     """The outbox's backlog chart (``.chart``), its quarantined rows (``.quarantined``) and a
     button putting them back in the outbox (``.release_button``, :meth:`Store.release`).
 
-    Attributes: ``backlog_frame`` (``frames.backlog``), ``figure`` (``plots.backlog``),
-    ``outbox_frame`` (``frames.outbox``), ``quarantined_frame`` (its quarantined rows).
+    Release asks first: ``.release_button`` shows what would go back (rows, bytes, projects)
+    and whether a drain is running to send them, and ``.confirm_button`` releases (``.cancel_button``
+    does not). Attributes: ``backlog_frame`` (``frames.backlog``), ``figure``
+    (``plots.backlog``), ``outbox_frame`` (``frames.outbox``), ``quarantined_frame`` (its
+    quarantined rows).
     """
 
     def __init__(self, store: Store, *, freq: str = "1h") -> None:
@@ -352,6 +357,12 @@ class OutboxMonitor:
         self.release_button = _button(
             "Release quarantined rows", "durability-outbox-release", button_style="warning"
         )
+        self.confirm_button = _button(
+            "Confirm release", "durability-outbox-confirm", button_style="danger"
+        )
+        self.cancel_button = _button("Cancel", "durability-outbox-cancel")
+        self.confirm = w.HBox([self.confirm_button, self.cancel_button])
+        self.confirm.layout.display = "none"
         self.refresh_button = _button("Refresh", "durability-outbox-refresh")
         self.status = w.HTML()
         self.status.add_class("durability-outbox-status")
@@ -359,7 +370,9 @@ class OutboxMonitor:
         self.outbox_frame = pd.DataFrame()
         self.quarantined_frame = pd.DataFrame()
         self.figure: Figure | None = None
-        self.release_button.on_click(lambda _: _guarded(self.status, self.release))
+        self.release_button.on_click(lambda _: _guarded(self.status, self.ask_release))
+        self.confirm_button.on_click(lambda _: _guarded(self.status, self.release))
+        self.cancel_button.on_click(lambda _: _guarded(self.status, self.cancel))
         self.refresh_button.on_click(lambda _: _guarded(self.status, self.refresh))
         self.widget = w.VBox(
             [
@@ -367,6 +380,7 @@ class OutboxMonitor:
                 w.HTML("<b>Quarantined rows</b> (the plane refused them and said why)"),
                 self.quarantined,
                 w.HBox([self.release_button, self.refresh_button]),
+                self.confirm,
                 self.status,
             ]
         )
@@ -384,8 +398,26 @@ class OutboxMonitor:
         _show(self.chart, self.figure)
         _show(self.quarantined, _table(self.quarantined_frame))
 
+    def ask_release(self) -> None:
+        """Say what a release would put back (rows, bytes) and who would send it; ask to confirm."""
+        frame = self.quarantined_frame
+        projects = sorted(str(p) for p in frame["project_id"].unique())
+        size = format_bytes(int(frame["size_bytes"].sum()))
+        self.status.value = _message(
+            f"release {len(frame)} row(s), {size}, of project(s) "
+            f"{', '.join(repr(p) for p in projects)} back into the outbox? "
+            f"{describe_drains(self.store, projects)} The backlog of past days does not change."
+        )
+        self.confirm.layout.display = "flex"
+
+    def cancel(self) -> None:
+        """Keep the rows quarantined."""
+        self.confirm.layout.display = "none"
+        self.status.value = _message("nothing released")
+
     def release(self) -> None:
         """Put the quarantined rows shown back in the outbox; the next drain sends them again."""
+        self.confirm.layout.display = "none"
         keys = [
             (str(t), int(s))
             for t, s in zip(

@@ -91,6 +91,41 @@ threads.sort_values("newest_at", ascending=False).head(15)
 threads.groupby("owner", dropna=False).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), finished=("finished_at", "count"))
 """),
     md("""
+## Where the bytes are
+
+Bytes and checkpoints by owner, runner and node come from every checkpoint's size, read from
+the store's headers (no payload is read); the top-level state keys (`messages`, `documents` …)
+are estimated from a sample of checkpoints, whose state is read — the panel says how many.
+"""),
+    code("""
+from durability import analyses
+from durability.analyses import charts as analysis_charts
+
+by_owner, by_runner, by_node = (analyses.bytes_by(store, by) for by in ("owner", "runner", "node"))
+by_key = analyses.bytes_by_state_key(store, sample=200)
+bundle.chart(analysis_charts.where_bytes(by_owner, by_runner, by_node, by_key), "where_bytes", charts)
+by_owner
+"""),
+    code("""
+# The largest threads and checkpoints.
+display(analyses.largest_threads(store, 10))
+analyses.largest_checkpoints(store, 10)
+"""),
+    md("""
+## If this disk died now: restore readiness
+
+For each thread, what a restore from the plane would bring back right now: **everything**,
+its checkpoints **up to** the first one the plane lacks (**partly**: a row still pending in the
+outbox, or quarantined by the plane), or **nothing** (a store never connected to a plane).
+"""),
+    code("""
+ready = analyses.readiness(store)
+ready_by_owner = analyses.readiness_by_owner(ready)
+bundle.chart(analysis_charts.readiness_chart(ready_by_owner), "readiness", charts)
+display(ready_by_owner)
+ready[ready.restorable != "everything"].head(20)
+"""),
+    md("""
 ## Runs and how they ended
 
 A run ends *completed*, *failed*, or it is *parked*: waiting on a human answer with a deadline.
@@ -333,6 +368,37 @@ policies = [simulate.Policy.from_settings(settings), simulate.Policy.from_settin
 days = simulate.daily(threads, policies, at, 28)
 bundle.chart(plots.sweep_timeline(days, in_force=policies[0].label), "sweep_timeline", charts)
 days.groupby("policy").agg(deleted_threads=("deleted_threads", "sum"), deleted_bytes=("deleted_bytes", "sum"))
+"""),
+    md("""
+## When will the store be full?
+
+Bytes and threads over the next 90 days if the store keeps writing as it did over the last four
+weeks (by weekday), under the policy in force (solid black) and the proposed one (dashed
+purple); the chart dates the day each crosses the size set below.
+"""),
+    code("""
+from durability import analyses
+from durability.analyses import charts as analysis_charts
+from durability.humanize import format_bytes
+
+in_force, proposal = simulate.Policy.from_settings(settings), simulate.Policy.from_settings(proposed)
+growth = analyses.forecast(store, [in_force, proposal], days=90, now=at)
+size_limit = 2 * int(threads.size_bytes.sum())  # set the size you care about, in bytes
+bundle.chart(analysis_charts.forecast_chart(growth, size_limit), "forecast", charts)
+print(f"the day the store holds {format_bytes(size_limit)}:", analyses.crossing(growth, size_limit))
+"""),
+    md("""
+## What the proposed policy would have done: a backtest
+
+The last four weeks replayed, one sweep a day, under the policy in force and the proposed one:
+the storage each would have held, and each conversation it would have cut between two turns.
+A store only remembers what its current policy kept, so a policy *longer* than the one in
+force can only be judged on the threads still there.
+"""),
+    code("""
+replay = analyses.backtest(store, proposal, in_force=in_force, days=28, now=at)
+bundle.chart(analysis_charts.backtest_chart(replay), "backtest", charts)
+replay.cuts[replay.cuts.policy == proposal.label]
 """),
     md("""
 ## Try values yourself

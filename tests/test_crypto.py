@@ -150,3 +150,32 @@ def test_keys_new_prints_a_usable_line() -> None:
     assert printed.startswith("prod-2026:")
     assert Keyring.parse(printed).current == "prod-2026"
     assert new_key_line() != new_key_line()
+
+
+def test_store_reencrypt_cli_plans_then_applies_without_showing_keys(tmp_path, monkeypatch) -> None:
+    """`durability store reencrypt --dry-run --json` counts rows per key id and changes nothing;
+    with --yes it re-seals them under the current key; no output holds a key."""
+    import durability
+    from durability.model import Checkpoint
+
+    url = f"sqlite:///{tmp_path / 'rotate.db'}"
+    with durability.open(url, keyring=Keyring({"k1": K1})) as store:
+        for n in range(4):
+            store.put(Checkpoint(thread_id=f"t{n % 2}", state={"n": n}))
+    monkeypatch.setenv("DURABILITY_ENCRYPTION_KEYS", f"{line('k2', K2)},{line('k1', K1)}")
+    runner = CliRunner()
+    dry = runner.invoke(cli, ["store", "reencrypt", url, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    plan = orjson.loads(dry.stdout)["plan"]
+    assert [(k["key_id"], k["rows"]) for k in plan["by_key"]] == [("k1", 4)]
+    assert plan["rows_to_change"] == 4
+    done = runner.invoke(cli, ["store", "reencrypt", url, "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    assert orjson.loads(done.stdout)["rows"] == 4
+    again = runner.invoke(cli, ["store", "reencrypt", url, "--dry-run", "--json"])
+    assert orjson.loads(again.stdout)["plan"]["rows_to_change"] == 0
+    for out in (dry.output, done.output, again.output):
+        assert base64.b64encode(K1).decode() not in out
+        assert base64.b64encode(K2).decode() not in out
+    with durability.open(url, keyring=Keyring({"k2": K2})) as store:
+        assert sorted(c.state["n"] for t in ("t0", "t1") for c in store.history(t)) == [0, 1, 2, 3]

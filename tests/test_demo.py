@@ -124,7 +124,16 @@ def test_report_writes_the_charts_and_tables_as_a_static_page(
     )
     assert result.exit_code == 0, result.output
     page = (out / "index.html").read_text()
-    for title in ("Threads", "Runs", "Replication", "Retention"):
+    for title in (
+        "Threads",
+        "Runs",
+        "Replication",
+        "Retention",
+        "Where the bytes are",
+        "Restore readiness",
+        "Growth forecast",
+        "Retention backtest",
+    ):
         assert f"<h2>{title}</h2>" in page
     assert "plane rejected: state_snapshot is" in page, (
         "the quarantined rows with the plane's reason"
@@ -143,6 +152,10 @@ def test_report_writes_the_charts_and_tables_as_a_static_page(
             "retention_curve",
             "idle_gaps",
             "sweep_timeline",
+            "where_bytes",
+            "readiness",
+            "forecast",
+            "backtest",
         )
     )
     for name in images:

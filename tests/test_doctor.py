@@ -10,6 +10,7 @@ backend (a Redis index entry removed).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,11 +24,16 @@ from durability.cli import cli
 from durability.clock import FrozenClock
 from durability.doctor import CHECKS, diagnose
 from durability.doctor.repair import apply_repairs, plan_repairs
+from durability.doctor.replica import Replica
 from durability.model import STEP_FORK_ORIGIN, STEP_RUN_END
+from durability.replication import connect, disconnect
+from durability.replication.client import PlaneClient
+from durability.replication.wire import ids_checksum
 from durability.settings import Settings
 from durability.stores import Store
 from durability.testing import StoreTarget
 from tests.conftest import PROVIDERS, make_target
+from tests.plane_support import PlaneHandle, fast_backoff
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=20)
@@ -237,3 +243,72 @@ def test_a_redis_index_that_disagrees_is_found(tmp_path: Path) -> None:
         # the stray threads entry is gone already: reading the threads drops it
         assert report["applied"] == {"rebuild_redis_indexes": 1}
         assert report["after"]["problems"] == []
+
+
+def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
+    target: StoreTarget, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a real plane: rows drained for real are whole; rows marked synced by hand (the
+    plane never got them) are named, thread by thread; a row deleted locally is not a gap."""
+    with target.open(settings=SETTINGS) as store:
+        if store.outbox is None:
+            assert "replica_short" in diagnose(store).skipped
+            return
+        put_chain(store, "whole", ["w1", "w2", "w3"])
+        put_chain(store, "thinned", ["t1", "t2"])
+        connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+        deadline = time.monotonic() + 15
+        while store.outbox(state="pending") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        disconnect(store, timeout=5)
+        store.delete_checkpoints("thinned", [("", "t1")])
+        short = [store.put(Checkpoint(thread_id="whole", checkpoint_id="w4"))]
+        short.append(store.put(Checkpoint(thread_id="short", checkpoint_id="s1")))
+        store.outbox.mark_synced([(c.thread_id, c.seq) for c in short])  # type: ignore[misc]
+        replica = Replica.of(PlaneClient(plane.url, plane.key, http=plane.http()))
+        problems = diagnose(store, plane=replica).problems
+    assert {(p.check, p.thread_id, p.rows) for p in problems} == {
+        ("replica_short", "short", 1),
+        ("replica_short", "whole", 1),
+    }
+    assert all("'w4'" in p.detail or "'s1'" in p.detail for p in problems)
+    monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
+    result = CliRunner().invoke(
+        cli,
+        ["doctor", target.url, "--plane", plane.url, "--api-key-env", "DOCTOR_TEST_KEY", "--json"],
+    )
+    assert result.exit_code == 1, result.output
+    assert plane.key not in result.output
+    assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
+
+
+def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
+    """401 without a key; 422 naming the rule for every malformed body; never a 5xx."""
+    url, headers = plane.url + "/public/v1/checkpoints/digest", {"X-API-Key": plane.key}
+    with plane.http() as http:
+        assert http.post(url, json={"execution_ids": ["a"]}).status_code == 401
+        for body in (
+            b"",
+            b"[]",
+            b'{"execution_ids": "a"}',
+            b'{"execution_ids": []}',
+            b'{"execution_ids": ["a", 1]}',
+            b'{"execution_ids": ["a\\u0000"]}',
+            b'{"execution_ids": ["a", "b"], "ids": true}',
+            b'{"execution_ids": ["a"], "ids": 1}',
+            b"\xff\xfe",
+        ):
+            answer = http.post(url, content=body, headers=headers)
+            assert answer.status_code == 422, body
+            assert "execution_ids must be" in answer.json()["detail"]
+        answer = http.post(
+            url, json={"execution_ids": ["nothing-here"], "ids": True}, headers=headers
+        )
+    assert answer.json()["items"] == [
+        {
+            "execution_id": "nothing-here",
+            "count": 0,
+            "checksum": ids_checksum([]),
+            "checkpoint_ids": [],
+        }
+    ]

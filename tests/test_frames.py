@@ -474,6 +474,34 @@ def test_backlog_counts_pending_rows_at_each_instant(fleet: Fleet) -> None:
     assert default["time"].iloc[0] == pd.Timestamp(T0).floor("1D")
 
 
+def test_a_release_never_changes_the_backlog_of_the_past(fleet: Fleet) -> None:
+    """Releasing the quarantined row, then the plane taking it, changes no instant before the
+    release: the span it was pending before its quarantine is kept in the outbox's history,
+    and from the release until the plane takes it, it counts again with its age from its write."""
+    if fleet.store.outbox is None:
+        pytest.skip("no outbox: nothing is ever quarantined or released")
+    fleet.clock.advance(timedelta(days=2))
+    released_at = fleet.clock()
+    before = frames.backlog(fleet.store, freq="1h", start=T0, end=released_at)
+    assert fleet.store.outbox.release() == 1
+    [span] = fleet.store.outbox.history()
+    assert (span.pending_until, span.released_at) == (fleet.quarantined_at, released_at)
+    [entry] = [e for e in fleet.store.outbox.entries() if (e.thread_id, e.seq) == fleet.quarantined]
+    assert (entry.state, entry.pending_since) == ("pending", released_at)
+    fleet.clock.advance(timedelta(hours=3))
+    fleet.store.mark_synced([fleet.quarantined])
+    taken_at = fleet.clock()
+    end = taken_at + timedelta(hours=2)
+    after = frames.backlog(fleet.store, freq="1h", start=T0, end=end)
+    past = after[after["time"] < released_at].reset_index(drop=True)
+    pd.testing.assert_frame_equal(past, before[before["time"] < released_at])
+    again = after[(after["time"] >= released_at) & (after["time"] < taken_at)]
+    assert (again["pending"] == before["pending"].iloc[-1] + 1).all()
+    written = fleet.store.get(*fleet.quarantined[:1], entry.checkpoint_id).created_at
+    assert (again["oldest_pending_age"] >= again["time"] - pd.Timestamp(written)).all()
+    assert (after[after["time"] >= taken_at]["pending"] == before["pending"].iloc[-1]).all()
+
+
 def test_a_bad_backlog_frequency_is_refused_by_name(fleet: Fleet) -> None:
     """An unknown pandas frequency names the value and examples of good ones."""
     if not fleet.replicates:

@@ -32,7 +32,8 @@ LATER = T0 + timedelta(days=40)
 THREADS = 300
 
 #: A sweep in its own process: ``URL NOW HOLD``; its live-thread filter prints "holding" (the
-#: sweep then holds the store's lock) and sleeps HOLD seconds before the deletes.
+#: sweep then holds the store's lock) and sleeps HOLD seconds before the deletes, or with HOLD
+#: ``stdin`` waits until its stdin closes (however slow a loaded machine starts the next one).
 SWEEPER = """
 import json, sys, time
 from datetime import datetime
@@ -41,13 +42,16 @@ from durability.errors import SweepLocked
 from durability.settings import Settings
 from durability.sweep import sweep
 
-url, now, hold = sys.argv[1], datetime.fromisoformat(sys.argv[2]), float(sys.argv[3])
+url, now, hold = sys.argv[1], datetime.fromisoformat(sys.argv[2]), sys.argv[3]
 
 class Slow:
     owner = "slow"
     def claims(self, store, candidates, now):
         print("holding", flush=True)
-        time.sleep(hold)
+        if hold == "stdin":
+            sys.stdin.read()
+        else:
+            time.sleep(float(hold))
         return {}
 
 with durability.open(url, settings=Settings()) as store:
@@ -72,9 +76,10 @@ def fill(target: StoreTarget, threads: int = THREADS) -> None:
             store.mark_finished(f"t-{n}")
 
 
-def start_sweeper(url: str, hold: float) -> subprocess.Popen[str]:
+def start_sweeper(url: str, hold: float | str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", SWEEPER, url, LATER.isoformat(), str(hold)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -99,7 +104,7 @@ def test_a_second_concurrent_sweep_is_refused_naming_the_holder(target: StoreTar
     """Two sweep processes over one store: the second is refused while the first holds the
     lock, naming its process, host and start; every due thread is counted once, by the first."""
     fill(target)
-    first = start_sweeper(target.url, hold=2.0)
+    first = start_sweeper(target.url, hold="stdin")  # holds until outcome() closes its stdin
     wait_holding(first)
     second = outcome(start_sweeper(target.url, hold=0.0))
     assert "refused" in second, second

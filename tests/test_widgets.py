@@ -23,6 +23,7 @@ import durability
 from durability import frames, plots
 from durability.clock import FrozenClock
 from durability.demo import DEMO_START, build_demo
+from durability.humanize import format_bytes
 from durability.replication import Connection, connect, disconnect
 from durability.runs import read_thread
 from durability.settings import Settings
@@ -180,7 +181,22 @@ def test_release_requeues_the_quarantined_rows(tmp_path: Path) -> None:
         assert monitor.figure is not None
         assert monitor.figure.get_suptitle() == "Outbox backlog"
 
+        monitor.release_button.click()  # asks first: rows, bytes, and who would send them
+        assert len(store.outbox(state="quarantined")) == 2, "nothing released before the confirm"
+        size = sum(e.size_bytes for e in store.outbox(state="quarantined"))
+        asked = html.unescape(monitor.status.value)
+        assert (
+            f"release 2 row(s), {format_bytes(size)}, of project(s) '' back into the outbox?"
+            in asked
+        )
+        assert "No drain is running for '': they stay pending until a worker connects." in asked
+        assert monitor.confirm.layout.display == "flex"
+        monitor.cancel_button.click()
+        assert len(store.outbox(state="quarantined")) == 2
+        assert monitor.confirm.layout.display == "none"
+
         monitor.release_button.click()
+        monitor.confirm_button.click()
         assert store.outbox(state="quarantined") == []
         pending = [e.seq for e in store.outbox(state="pending")]
         assert pending == [w.seq for w in written[1:]]

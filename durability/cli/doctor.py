@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,8 @@ from durability.cli._common import (
     friendly_errors,
     json_option,
     open_store,
+    plane_key,
+    plane_options,
     print_json,
     url_argument,
 )
@@ -38,12 +41,23 @@ def register(cli: click.Group) -> None:
     show_default=True,
     help="Seconds past due a finished mark may wait for the sweep before it is reported.",
 )
+@plane_options(required=False)
 @click.option(
     "--fix", is_flag=True, help="Make the safe repairs (preview first), then check again."
 )
 @click.option("--yes", is_flag=True, help="With --fix: also the repairs that delete state.")
 @json_option
-def doctor(url: str, grace: float, overdue: float, fix: bool, yes: bool, as_json: bool) -> None:
+def doctor(
+    url: str,
+    grace: float,
+    overdue: float,
+    plane_url: str | None,
+    api_key_env: str,
+    project: str,
+    fix: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
     """Check that the store at URL is whole; exit 1 if anything is broken.
 
     Reads only. Findings of severity info (the sweep's pending work: marks past due, parks
@@ -54,6 +68,10 @@ def doctor(url: str, grace: float, overdue: float, fix: bool, yes: bool, as_json
     --fix makes only the safe repairs: release leases of ended runs, rebuild the Redis
     indexes, and — after asking, or with --yes — drop pending writes whose checkpoint is gone.
     It prints the plan first and checks the store again afterwards.
+
+    With --plane, each thread's rows of project --project that the store marks synced are
+    compared with what the plane holds (a count and a checksum per thread; no state is
+    downloaded), and a thread whose replica is short is named with the rows it lacks.
     """
     from durability.doctor import diagnose
 
@@ -62,11 +80,18 @@ def doctor(url: str, grace: float, overdue: float, fix: bool, yes: bool, as_json
         options["reconcile"] = False  # opening must not repair the indexes the doctor checks
     spans = timedelta(seconds=grace), timedelta(seconds=overdue)
     repaired: dict[str, Any] = {}
-    with friendly_errors(), open_store(url, **options) as store:
-        diagnosis = diagnose(store, grace=spans[0], overdue=spans[1])
+    with friendly_errors(), open_store(url, **options) as store, ExitStack() as stack:
+        replica = None
+        if plane_url is not None:
+            from durability.doctor.replica import Replica
+            from durability.replication.client import PlaneClient
+
+            client = stack.enter_context(PlaneClient(plane_url, plane_key(api_key_env)))
+            replica = Replica.of(client, project)
+        diagnosis = diagnose(store, grace=spans[0], overdue=spans[1], plane=replica)
         if fix:
             repaired = _fix(store, diagnosis, yes=yes, as_json=as_json)
-            diagnosis = diagnose(store, grace=spans[0], overdue=spans[1])
+            diagnosis = diagnose(store, grace=spans[0], overdue=spans[1], plane=replica)
     if fix and as_json:
         print_json({**repaired, "after": diagnosis.to_dict()})
     elif as_json:

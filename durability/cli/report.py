@@ -61,6 +61,12 @@ def register(cli: click.Group) -> None:
     envvar=ENV_PLANE_URL,
     help=f"Add the plane's run health (key from {ENV_PLANE_KEY}).",
 )
+@click.option(
+    "--size-limit",
+    default=None,
+    help="The store size whose crossing the growth forecast dates (bytes, or 512MiB, 2GiB…); "
+    "default: twice today's.",
+)
 def report(
     url: str,
     out: Path,
@@ -70,17 +76,20 @@ def report(
     outage_length: str,
     drain_rate: float,
     plane: str | None,
+    size_limit: str | None,
 ) -> None:
     """Write the notebooks' charts and tables for the store at URL as OUT/index.html.
 
     Threads and their owners, run health, what reached the plane and what is stuck (quarantined
     rows with the plane's reason, the backlog over time and under a simulated plane outage),
-    what the next sweep deletes and why, and what the proposed shorter retention would cost.
-    Reads only.
+    what the next sweep deletes and why, and what the proposed shorter retention would cost;
+    where the bytes are, what a restore from the plane would bring back now, the growth
+    forecast and the retention backtest. Reads only.
     """
     import os
 
     from durability.clock import parse_aware
+    from durability.humanize import parse_size
     from durability.report import write_report
 
     with friendly_errors(), open_store(url) as store:
@@ -103,5 +112,6 @@ def report(
             plane=client,
             outage_length=outage_length,
             drain_rate=drain_rate,
+            size_limit=parse_size(size_limit, name="--size-limit") if size_limit else None,
         )
     click.echo(f"report: {path.resolve()}")

@@ -1,6 +1,8 @@
-"""``durability store reset`` and ``durability store migrate``."""
+"""``durability store reset``, ``durability store migrate`` and ``durability store reencrypt``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -92,3 +94,71 @@ def migrate(url: str, plan_only: bool, as_json: bool) -> None:
         )
     else:
         click.echo(f"migrated {opened!r} to schema version {applied[-1]}")
+
+
+@store.command("reencrypt")
+@url_argument
+@click.option(
+    "--dry-run", is_flag=True, help="Show the plan (rows and bytes per key id); change nothing."
+)
+@click.option("--batch", default=1000, show_default=True, help="Rows re-sealed per transaction.")
+@click.option(
+    "--cap-bytes",
+    default=1_048_576,
+    show_default=True,
+    help="The plane's state_snapshot cap: rows that would cross it are listed.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def reencrypt(
+    url: str, dry_run: bool, batch: int, cap_bytes: int, yes: bool, as_json: bool
+) -> None:
+    """Re-seal every checkpoint state under the current key (the first in
+    DURABILITY_ENCRYPTION_KEYS), and seal the rows still held in clear.
+
+    Keep the older keys listed after the current one: rows are opened with them. Safe to kill
+    at any moment (every row stays readable by its old key or the new one) and to run again (it
+    resumes with the rows left). Pending writes and the plane's copies keep their key.
+    """
+    from durability.crypto.reencrypt import apply_reencrypt, plan_reencrypt
+
+    with friendly_errors(), open_store(url) as opened:
+        plan = plan_reencrypt(opened, cap_bytes=cap_bytes)
+        if dry_run or plan.empty:
+            _show_plan(plan.to_json(), as_json)
+            return
+        if not as_json:
+            _show_plan(plan.to_json(), as_json=False)
+        if not yes:
+            click.confirm(f"Re-seal {plan.rows} rows under key {plan.current_key!r}?", abort=True)
+        report = apply_reencrypt(opened, plan, batch=batch, progress=_progress)
+        click.echo("", err=True)
+    result = {"plan": plan.to_json(), "rows": report.rows, "bytes": report.bytes,
+              "seconds": round(report.seconds, 3), "rows_per_second": round(report.rows_per_second)}  # fmt: skip
+    if as_json:
+        print_json(result)
+    else:
+        click.echo(
+            f"re-sealed {report.rows} rows ({report.bytes} bytes) under {plan.current_key!r} in "
+            f"{report.seconds:.1f} s ({report.rows_per_second:,.0f} rows/s)"
+        )
+
+
+def _progress(done: int, total: int) -> None:
+    click.echo(f"\rre-encrypting: {done}/{total} rows", err=True, nl=False)
+
+
+def _show_plan(plan: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json({"plan": plan})
+        return
+    click.echo(f"{plan['url']}: current key {plan['current_key']!r}")
+    for k in plan["by_key"]:
+        name = "clear" if k["key_id"] is None else repr(k["key_id"])
+        flag = " (current)" if k["current"] else "" if k["known"] else " (NOT IN THE KEYRING)"
+        click.echo(f"  {name:>20}: {k['rows']:>10} rows {k['bytes']:>14} bytes{flag}")
+    click.echo(f"to re-seal: {plan['rows_to_change']} rows in {plan['threads_to_change']} threads")
+    if plan["over_cap"]:
+        click.echo(
+            f"would cross the plane's {plan['cap_bytes']}-byte cap: {len(plan['over_cap'])} rows"
+        )

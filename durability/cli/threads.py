@@ -1,4 +1,4 @@
-"""``durability threads list|show|delete|mark``."""
+"""``durability threads list|show|delete|mark|erase|reopen``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from durability.cli._common import (
     print_table,
     url_argument,
 )
+from durability.cli.erase import erase_thread, reopen_thread
 from durability.humanize import format_bytes
 from durability.stores.parks import park_of
 from durability.stores.rows import ID_FIELDS, SCALAR_FIELDS
@@ -25,7 +26,11 @@ def register(cli: click.Group) -> None:
 
 @click.group()
 def threads() -> None:
-    """List, show, delete and mark checkpoint threads."""
+    """List, show, delete, mark, erase and reopen checkpoint threads."""
+
+
+threads.add_command(erase_thread)
+threads.add_command(reopen_thread)
 
 
 @threads.command("list")

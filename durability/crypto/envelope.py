@@ -116,33 +116,55 @@ class Sealer:
         self, text: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
     ) -> str:
         """The envelope text sealing ``text`` (codec text) for this row and field."""
-        key_id = self.keyring.current
-        salt, cipher = self._writer(key_id, thread_id)
         plain = text.encode("utf-8", "surrogatepass")
         compression = ""
         if len(plain) >= COMPRESS_FROM:
             packed = _deflate(plain)
             if len(packed) < len(plain):
                 plain, compression = packed, "deflate"
+        return self._seal(plain, compression, (thread_id, namespace, checkpoint_id, field))
+
+    def open(
+        self, text: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
+    ) -> str:
+        """The codec text an envelope seals; refusals name the row, the key id and the fix."""
+        _key_id, compression, plain = self._unseal(
+            text, (thread_id, namespace, checkpoint_id, field)
+        )
+        if compression == "deflate":
+            plain = zlib.decompress(plain, -15)
+        return plain.decode("utf-8", "surrogatepass")
+
+    def reseal(
+        self, text: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
+    ) -> str:
+        """``text`` sealed under the current key instead (unchanged when it already is): the
+        plaintext is opened and sealed again as it is, compressed or not."""
+        row = (thread_id, namespace, checkpoint_id, field)
+        key_id, compression, plain = self._unseal(text, row)
+        if key_id == self.keyring.current:
+            return text
+        return self._seal(plain, compression, row)
+
+    def _seal(self, plain: bytes, compression: str, row: tuple[str, str, str, str]) -> str:
+        key_id = self.keyring.current
+        salt, cipher = self._writer(key_id, row[0])
         nonce = os.urandom(12)
-        aad = associated_data(key_id, compression, thread_id, namespace, checkpoint_id, field)
-        sealed = cipher.encrypt(nonce, plain, aad)
+        sealed = cipher.encrypt(nonce, plain, associated_data(key_id, compression, *row))
         return (
             f'{ENVELOPE_PREFIX}"v":{ENVELOPE_VERSION},"s":"{SCHEME}","k":"{key_id}",'
             f'"z":"{_B64(salt).decode()}","n":"{_B64(nonce).decode()}","x":"{compression}",'
             f'"c":"{_B64(sealed).decode()}"}}'
         )
 
-    def open(
-        self, text: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
-    ) -> str:
-        """The codec text an envelope seals; refusals name the row, the key id and the fix."""
-        where = row_name(thread_id, namespace, checkpoint_id, field)
+    def _unseal(self, text: str, row: tuple[str, str, str, str]) -> tuple[str, str, bytes]:
+        """The key id, compression and (still compressed) plaintext of an envelope."""
+        where = row_name(*row)
         try:
             env = orjson.loads(text)
-            version, scheme, key_id = env["v"], env["s"], env["k"]
+            version, scheme, key_id = env["v"], env["s"], str(env["k"])
             salt, nonce = base64.b64decode(env["z"]), base64.b64decode(env["n"])
-            compression, sealed = env["x"], base64.b64decode(env["c"])
+            compression, sealed = str(env["x"]), base64.b64decode(env["c"])
         except (orjson.JSONDecodeError, KeyError, TypeError, binascii.Error, ValueError):
             raise DecryptionFailed(
                 f"cannot open the {where}: its envelope is damaged (not the layout of version "
@@ -154,21 +176,16 @@ class Sealer:
                 f"scheme {str(scheme)[:40]!r}, and this version reads {ENVELOPE_VERSION} "
                 f"({SCHEME}); open it with the version that wrote it"
             )
-        cipher = self._reader(str(key_id), salt, thread_id, where)
-        aad = associated_data(
-            str(key_id), str(compression), thread_id, namespace, checkpoint_id, field
-        )
+        cipher = self._reader(key_id, salt, row[0], where)
         try:
-            plain = cipher.decrypt(nonce, sealed, aad)
+            plain = cipher.decrypt(nonce, sealed, associated_data(key_id, compression, *row))
         except (InvalidTag, ValueError):
             raise DecryptionFailed(
                 f"cannot open the {where}: its ciphertext does not authenticate under key "
                 f"{key_id!r} (tampered, damaged, or moved from another row or field); restore "
                 "the row from a backup or the plane"
             ) from None
-        if compression == "deflate":
-            plain = zlib.decompress(plain, -15)
-        return plain.decode("utf-8", "surrogatepass")
+        return key_id, compression, plain
 
     def _writer(self, key_id: str, thread_id: str) -> tuple[bytes, AESGCM]:
         entry = self._writers.get((key_id, thread_id))

@@ -44,6 +44,10 @@ def key_id_of(text: str) -> str | None:
     """The key id a sealed payload text names, or ``None`` for a clear or damaged one."""
     if not text.startswith(ENVELOPE_PREFIX):
         return None
+    start = text.find('"k":"', len(ENVELOPE_PREFIX), 80)  # where this package's writer puts it
+    end = text.find('"', start + 5, start + 75) if start > 0 else -1
+    if end > 0:
+        return text[start + 5 : end]
     try:
         key_id = orjson.loads(text).get("k")
     except (orjson.JSONDecodeError, AttributeError):

@@ -97,7 +97,8 @@ REDIS_INDEX = Check(
     _redis_index,
     fix="durability doctor {url} --fix",
     repair="rebuild_redis_indexes",
-    applies=lambda store: store.provider == "redis",
+    applies=lambda ctx: ctx.store.provider == "redis",
+    unless="not a Redis store",
 )
 
 LANGGRAPH_ORPHANS = Check(
@@ -105,7 +106,8 @@ LANGGRAPH_ORPHANS = Check(
     "warning",
     "LangGraph pending writes, or channel blobs (Postgres), that no checkpoint references",
     _langgraph,
-    applies=lambda store: getattr(store, "source", "") == "langgraph",
+    applies=lambda ctx: getattr(ctx.store, "source", "") == "langgraph",
+    unless="not a LangGraph store",
 )
 
 CHECKS = (REDIS_INDEX, LANGGRAPH_ORPHANS)

@@ -6,18 +6,19 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from durability._util import redact_url
-from durability.doctor import backend, ledger, rows
+from durability.doctor import backend, ledger, replica, rows
 from durability.doctor.model import SEVERITIES, Check, Context, Diagnosis, Problem
 from durability.errors import CheckpointStoreFormatError
 from durability.stores.base import FORMAT_GENERATION
 
 if TYPE_CHECKING:
+    from durability.doctor.replica import Replica
     from durability.stores.base import Store
 
 #: Every check, in the order the doctor runs them (the format generation comes first, alone).
 #: The backend checks run first: reading threads makes a Redis store drop index entries their
 #: threads do not support, which would hide them.
-CHECKS: tuple[Check, ...] = (*backend.CHECKS, *rows.CHECKS, *ledger.CHECKS)
+CHECKS: tuple[Check, ...] = (*backend.CHECKS, *rows.CHECKS, *ledger.CHECKS, *replica.CHECKS)
 
 #: A run's ledger entry younger than this is a run starting (the runner's default lease TTL).
 DEFAULT_GRACE = timedelta(seconds=30)
@@ -34,11 +35,13 @@ def diagnose(
     grace: timedelta = DEFAULT_GRACE,
     overdue: timedelta = DEFAULT_OVERDUE,
     only: set[str] | None = None,
+    plane: Replica | None = None,
 ) -> Diagnosis:
     """Check every invariant of ``store`` and return what is broken, worst first.
 
     Nothing is written. A store in another format generation is reported alone: no other
-    check can read it. ``only`` runs just the named checks.
+    check can read it. ``only`` runs just the named checks. ``plane`` (a
+    :class:`~durability.doctor.replica.Replica`) adds the per-thread comparison with the plane.
     """
     when = now if now is not None else store.clock()
     where = redact_url(store.url)
@@ -46,15 +49,15 @@ def diagnose(
     if generation is not None:
         unread = {c.name: "the store's format generation is not this version's" for c in CHECKS}
         return Diagnosis(where, when, [generation], [FORMAT_CHECK], unread)
-    ctx = Context(store, when, grace, overdue)
+    ctx = Context(store, when, grace, overdue, plane)
     problems: list[Problem] = []
     ran: list[str] = [FORMAT_CHECK]
     skipped: dict[str, str] = {}
     for check in CHECKS:
         if only is not None and check.name not in only:
             continue
-        if not check.applies(store):
-            skipped[check.name] = f"a {store.provider or type(store).__name__} store keeps none"
+        if not check.applies(ctx):
+            skipped[check.name] = check.unless
             continue
         ran.append(check.name)
         problems += [check.problem(ctx, *finding) for finding in check.run(ctx)]

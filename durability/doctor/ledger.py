@@ -128,7 +128,7 @@ LEDGER_ORPHAN = Check(
     "than a flow's owned session thread or a run that is starting",
     _ledger_orphans,
     fix="durability threads delete {url} {thread}",
-    applies=lambda store: store.ledger is not None,
+    applies=lambda ctx: ctx.store.ledger is not None,
 )
 
 PARK_ORPHAN = Check(
@@ -137,7 +137,7 @@ PARK_ORPHAN = Check(
     "a pending park on a thread that holds no checkpoint",
     _park_orphans,
     fix="durability threads delete {url} {thread}",
-    applies=lambda store: store.parks is not None,
+    applies=lambda ctx: ctx.store.parks is not None,
 )
 
 PARK_OVERDUE = Check(
@@ -146,7 +146,7 @@ PARK_OVERDUE = Check(
     "a pending park whose deadline has passed (the thread is left to its waiting horizon)",
     _parks_overdue,
     fix="durability sweep {url}",
-    applies=lambda store: store.parks is not None,
+    applies=lambda ctx: ctx.store.parks is not None,
 )
 
 LEASE_ENDED = Check(
@@ -156,7 +156,7 @@ LEASE_ENDED = Check(
     _ended_leases,
     fix="durability doctor {url} --fix",
     repair="release_ended_leases",
-    applies=lambda store: store.ledger is not None,
+    applies=lambda ctx: ctx.store.ledger is not None,
 )
 
 FINISHED_OVERDUE = Check(
@@ -165,7 +165,7 @@ FINISHED_OVERDUE = Check(
     "a thread marked finished whose due time passed longer ago than --overdue",
     _finished_overdue,
     fix="durability sweep {url}",
-    applies=lambda store: store.ledger is not None,
+    applies=lambda ctx: ctx.store.ledger is not None,
 )
 
 CHECKS = (LEDGER_ORPHAN, PARK_ORPHAN, PARK_OVERDUE, LEASE_ENDED, FINISHED_OVERDUE)

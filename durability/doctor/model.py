@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from durability._util import redact_url
 
 if TYPE_CHECKING:
+    from durability.doctor.replica import Replica
     from durability.stores.base import Store
     from durability.stores.scans import SweepColumns
 
@@ -58,7 +59,7 @@ class Check:
     ``run`` yields ``(thread_id, keys, detail)`` for each break; :meth:`problem` makes the
     :class:`Problem` so a check's severity and fix are written once, here. ``applies`` says
     whether the store can break the invariant at all (a store without parks has no park to
-    check). ``repair`` names the safe repair ``--fix`` applies (``None``: report only).
+    check; ``unless`` says why not). ``repair`` names the safe repair ``--fix`` applies (``None``: report only).
     """
 
     name: str
@@ -67,7 +68,9 @@ class Check:
     run: Callable[[Context], Iterable[tuple[str | None, Sequence[Any], str]]]
     fix: str | None = None
     repair: str | None = None
-    applies: Callable[[Store], bool] = field(default=lambda _store: True)
+    applies: Callable[[Context], bool] = field(default=lambda _ctx: True)
+    #: Why the check is skipped where ``applies`` says no.
+    unless: str = "the store keeps none"
 
     def problem(
         self, ctx: Context, thread_id: str | None, keys: Sequence[Any], detail: str
@@ -91,6 +94,8 @@ class Context:
     now: datetime
     grace: timedelta
     overdue: timedelta
+    #: The plane to compare with (``--plane``), or ``None``.
+    replica: Replica | None = None
 
     @property
     def where(self) -> str:

@@ -21,6 +21,7 @@ frame                     one row per
 :func:`backlog`           instant of a time grid: rows pending then, age of the oldest
 :func:`retention`         thread, as :func:`durability.sweep.plan_sweep` would treat it
 :func:`parks`             pending park: deadline and time left
+:func:`erasures`          erased thread (tombstone): when, who, what its receipt removed
 :func:`problems`          problem ``durability doctor`` finds: check, severity, rows, fix
 :func:`runs`              run (local run health); :func:`plane_runs` the same from a plane
 ========================  ===================================================================
@@ -58,6 +59,7 @@ Column notes:
 from __future__ import annotations
 
 from durability.frames.columns import COLUMNS, OUTBOX_STATES, RUN_STATUSES, STATE_COLUMN
+from durability.frames.erasures import erasures
 from durability.frames.problems import problems
 from durability.frames.runs import plane_runs, runs
 from durability.frames.store import backlog, checkpoints, outbox, parks, retention, threads
@@ -69,6 +71,7 @@ __all__ = [
     "STATE_COLUMN",
     "backlog",
     "checkpoints",
+    "erasures",
     "outbox",
     "parks",
     "plane_runs",

@@ -102,6 +102,16 @@ COLUMNS: dict[str, dict[str, str]] = {
         "expired": "bool",
     },
     "retention": dict(PLAN_COLUMNS),
+    "erasures": {
+        "tombstone": "string",
+        "erased_at": TIME,
+        "erased_by": "string",
+        "checkpoints": "int64",
+        "bytes": "int64",
+        "pending_writes": "int64",
+        "outbox_dropped": "int64",
+        "plane": "string",
+    },
     "problems": {
         "check": "string",
         "severity": "category",

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from durability._extras import missing_extra
-from durability.clock import as_utc
+from durability.clock import as_utc, to_micros
 from durability.errors import CapabilityError, ConfigError
 
 try:
@@ -189,24 +189,22 @@ def backlog(
     not yet taken or refused by the plane); ``oldest_pending_age`` is the age of the oldest of
     them (``NaT`` when none). Empty when the store keeps no outbox, or holds no rows and no
     ``start`` is given.
+
+    Built from what happened, so no later action changes a past instant: a row counts from its
+    write (or its release back into the outbox, ``pending_since``) until the plane took or
+    refused it, and the time a released row was pending before its quarantine comes from the
+    outbox's history (:meth:`~durability.stores.outbox.Outbox.history`).
     """
     if not _keeps_outbox(store):
         return empty("backlog")
-    cols = _outbox_cols(store)
-    created = nanos(cols["created_at"])
-    left = nanos(cols["synced_at"])
-    synced = np.array(cols["synced"], dtype=bool)
-    # Synced with no recorded time: when it stopped pending is unknown, so it never counts.
-    keep = ~(synced & (left == NAT))
-    created, left = created[keep], left[keep]
-    left = np.where(left == NAT, np.iinfo(np.int64).max, left)
+    begin, left, created = _pending_spans(store)
     if start is None and not len(created):
         return empty("backlog")
     try:
         first = (
             pd.Timestamp(as_utc(start))
             if start is not None
-            else pd.Timestamp(int(created.min()), tz="UTC").floor(freq)
+            else pd.Timestamp(int(begin.min()), tz="UTC").floor(freq)
         )
         last = pd.Timestamp(as_utc(end if end is not None else store.clock()))
         grid = pd.date_range(first, last, freq=freq)
@@ -216,7 +214,7 @@ def backlog(
             f"({exc}); use one such as '15min', '1h' or '1D'"
         ) from exc
     instants = grid.as_unit("ns").asi8
-    pending, oldest = _pending_at(created, left, instants)
+    pending, oldest = _pending_at(begin, left, created, instants)
     age = np.where(oldest == NAT, NAT, instants - oldest)
     return pd.DataFrame(
         {
@@ -278,18 +276,52 @@ def _keeps_outbox(store: Store) -> bool:
     return store.outbox is not None
 
 
-def _pending_at(
-    created: np.ndarray[Any, Any], left: np.ndarray[Any, Any], instants: np.ndarray[Any, Any]
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Rows pending at each instant (``created <= t < left``) and the oldest one's ``created``.
+def _pending_spans(store: Store) -> tuple[np.ndarray[Any, Any], ...]:
+    """Every span a row was pending: its start, its end (int64 max while still pending) and the
+    row's write time, from the rows' current state and the outbox's history (nanoseconds)."""
+    cols = _outbox_cols(store)
+    created = nanos(cols["created_at"])
+    left = nanos(cols["synced_at"])
+    since = nanos(cols["pending_since"])
+    synced = np.array(cols["synced"], dtype=bool)
+    # Synced with no recorded time: when it stopped pending is unknown, so it never counts.
+    keep = ~(synced & (left == NAT))
+    created, left, since = created[keep], left[keep], since[keep]
+    begin = np.where(since == NAT, created, since)
+    left = np.where(left == NAT, np.iinfo(np.int64).max, left)
+    past = store.outbox.history() if store.outbox is not None else []
+    if past:
+        span = (
+            np.array(
+                [
+                    [to_micros(p.pending_from), to_micros(p.pending_until), to_micros(p.created_at)]
+                    for p in past
+                ],
+                dtype=np.int64,
+            )
+            * 1000
+        )
+        begin = np.concatenate([begin, span[:, 0]])
+        left = np.concatenate([left, span[:, 1]])
+        created = np.concatenate([created, span[:, 2]])
+    return begin, left, created
 
-    Counting is a difference of two sorted searches. The oldest: each row covers a run of
-    instants; walking rows oldest first, a row fills the instants of its run still unfilled
-    (a next-unfilled pointer with path halving keeps it near linear).
+
+def _pending_at(
+    start: np.ndarray[Any, Any],
+    left: np.ndarray[Any, Any],
+    created: np.ndarray[Any, Any],
+    instants: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Spans pending at each instant (``start <= t < left``) and the oldest one's ``created``.
+
+    Counting is a difference of two sorted searches. The oldest: each span covers a run of
+    instants; walking spans oldest row first, a span fills the instants of its run still
+    unfilled (a next-unfilled pointer with path halving keeps it near linear).
     """
-    first = np.searchsorted(instants, created, side="left")
+    first = np.searchsorted(instants, start, side="left")
     stop = np.searchsorted(instants, left, side="left")
-    pending = np.searchsorted(np.sort(created), instants, side="right") - np.searchsorted(
+    pending = np.searchsorted(np.sort(start), instants, side="right") - np.searchsorted(
         np.sort(left), instants, side="right"
     )
     oldest = np.full(len(instants), NAT, dtype=np.int64)

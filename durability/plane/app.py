@@ -13,6 +13,8 @@ Endpoints (every one authenticated by ``X-API-Key``, scoped to the key's domain 
 ``GET  /public/v1/checkpoints/{execution_id}/latest``      the latest item (404 when none)
 ``GET  /public/v1/checkpoints/{execution_id}``             history, paged (``limit``, ``cursor``)
 ``GET  /public/v1/runs``                                   fleet run health, paged
+``POST /public/v1/checkpoints/digest``                     per execution: row count and checksum of
+                                                           the checkpoint ids (``ids``: the ids too)
 =========================================================  ============================================
 
 Ingest answers 201 ``{ingested, rejected, rejections}``: an item the plane will not store (over
@@ -62,6 +64,8 @@ SCOPES = ["checkpoint:write", "checkpoint:read", "agent:write"]
 ENTITLEMENT = "connected_state_plane"
 #: The item fields held as text columns (a NUL in one is refused: Postgres text cannot hold it).
 _TEXT_FIELDS = ("checkpoint_id", "execution_id", "agent_id", "chain_id", "node_id")
+#: How many executions one digest request may name.
+DIGEST_EXECUTIONS = 1000
 #: Page cursors longer than this are not ones the plane issued.
 _CURSOR_CHARS = 200
 
@@ -342,6 +346,33 @@ class Plane:
             return _error(422, str(exc))
         return _json({"items": items, "next_cursor": cursor, "execution_id": execution_id})
 
+    async def digest(self, request: Request) -> Response:
+        """``POST …/checkpoints/digest`` ``{"execution_ids": [...], "ids": false}``: per execution,
+        how many rows the key's project holds and their ids' checksum (never a state).
+
+        At most :data:`DIGEST_EXECUTIONS` executions a request; with ``ids`` at most one, and
+        the answer lists its checkpoint ids. Anything else is refused with 422, naming it.
+        """
+        tenant = self.tenant(request)
+        if tenant is None:
+            return _error(401, "invalid or revoked API key")
+        body = await _object_body(request)
+        executions, with_ids = body.get("execution_ids"), body.get("ids", False)
+        limit = 1 if with_ids is True else DIGEST_EXECUTIONS
+        if (
+            not isinstance(executions, list)
+            or not 1 <= len(executions) <= limit
+            or not all(isinstance(e, str) and e and "\x00" not in e for e in executions)
+            or not isinstance(with_ids, bool)
+        ):
+            return _error(
+                422,
+                f"execution_ids must be a list of 1 to {limit} non-empty execution ids (text "
+                "without NUL), and ids true or false (with ids, one execution at a time)",
+            )
+        items = self.storage.digest(tenant, list(dict.fromkeys(executions)), with_ids=with_ids)
+        return _json({"items": items})
+
     async def runs(self, request: Request) -> Response:
         tenant = self.tenant(request)
         if tenant is None:
@@ -467,6 +498,7 @@ def create_app(
         Route("/public/v1/governance/enroll", plane.enroll, methods=["POST"]),
         Route("/public/v1/sdk/agents", plane.register_agent, methods=["POST"]),
         Route("/public/v1/checkpoints/ingest", plane.ingest, methods=["POST"]),
+        Route("/public/v1/checkpoints/digest", plane.digest, methods=["POST"]),
         Route("/public/v1/checkpoints/{rest:durability_any}", plane.checkpoints, methods=["GET"]),
         Route("/public/v1/runs", plane.runs, methods=["GET"]),
     ]

@@ -46,6 +46,7 @@ from durability.plane.schema import (
     id_key,
     key_hash,
 )
+from durability.replication.wire import ids_checksum
 
 
 def hash_key(api_key: str) -> str:
@@ -437,6 +438,33 @@ class PlaneStorage:
             for r in rows
         ]
         return items, (rows[-1].ekey if more and rows else None)
+
+    def digest(
+        self, tenant: Tenant, execution_ids: Sequence[str], *, with_ids: bool = False
+    ) -> list[dict[str, Any]]:
+        """Per execution: how many rows the tenant holds and the checksum of their checkpoint
+        ids (:func:`~durability.replication.wire.ids_checksum`); with ``with_ids``, the ids too.
+        States are never read."""
+        c = checkpoints.c
+        held: dict[str, list[str]] = {e: [] for e in execution_ids}
+        keys = {execution_key(tenant.key, e): e for e in held}
+        with self.engine.connect() as conn:
+            for chunk in chunks(list(keys)):
+                query = sa.select(c.ekey, c.execution_id, c.checkpoint_id).where(
+                    c.tenant == tenant.key, c.ekey.in_(chunk)
+                )
+                for ekey, execution_id, checkpoint_id in conn.execute(query):
+                    if keys.get(ekey) == execution_id:
+                        held[execution_id].append(checkpoint_id)
+        return [
+            {
+                "execution_id": e,
+                "count": len(ids),
+                "checksum": ids_checksum(ids),
+                **({"checkpoint_ids": sorted(ids)} if with_ids else {}),
+            }
+            for e, ids in held.items()
+        ]
 
     def count(self, tenant: Tenant | None = None) -> int:
         """How many checkpoints the plane holds (for one tenant)."""

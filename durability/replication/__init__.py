@@ -25,7 +25,12 @@ from durability.replication.connection import (
     disconnect,
 )
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
-from durability.replication.status import ProjectOutbox, outbox_status
+from durability.replication.status import (
+    ProjectOutbox,
+    describe_drains,
+    draining_projects,
+    outbox_status,
+)
 from durability.replication.wire import (
     CLEAR,
     CODEC_MARK,
@@ -58,8 +63,10 @@ __all__ = [
     "checkpoint_to_wire",
     "connect",
     "database_key",
+    "describe_drains",
     "disconnect",
     "drain_once",
+    "draining_projects",
     "is_durability_item",
     "outbox_status",
     "path_segment",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
@@ -457,6 +457,20 @@ class PlaneClient:
     def supports_history(self) -> bool:
         """Whether the plane serves history (a 404 on the history path means it does not)."""
         return self.history("durability-history-probe", limit=1) is not None
+
+    def digest(self, execution_ids: Sequence[str], *, ids: bool = False) -> list[dict[str, Any]]:
+        """``POST /public/v1/checkpoints/digest``: per execution, the count and checksum of the
+        rows the plane holds (``ids``: one execution, its checkpoint ids too); never a state."""
+        body = orjson.dumps({"execution_ids": list(execution_ids), "ids": ids})
+        response = self._send(
+            "POST",
+            "/public/v1/checkpoints/digest",
+            action="read the replica's digest",
+            content=body,
+        )
+        answer = self._checked(response, "read the replica's digest")
+        items = answer.get("items") if isinstance(answer, dict) else None
+        return items if isinstance(items, list) else []
 
     def runs(self, *, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         """One page of ``GET /public/v1/runs`` (fleet run health)."""

@@ -108,3 +108,29 @@ def keys_of(entries: Iterable[Any]) -> list[RowKey]:
 
 
 __all__ = ["DRAIN_STALE_AFTER", "ProjectOutbox", "keys_of", "outbox_status"]
+
+
+def draining_projects(store: Store) -> set[str]:
+    """The projects of ``store`` a drain is running for: in this process (an open connection of
+    its database), or in another whose heartbeat in the store's connection record is recent."""
+    from durability.replication.connection import active_connections, database_key
+
+    key = database_key(store)
+    here = {c.project_id for c in active_connections() if database_key(c.store) == key}
+    now = store.clock()
+    return here | {s.project_id for s in outbox_status(store) if s.drain(now) == "live"}
+
+
+def describe_drains(store: Store, projects: Iterable[str]) -> str:
+    """For people: whether a drain is running to send ``projects``' pending rows of ``store``."""
+    running = draining_projects(store)
+    live = [repr(p) for p in projects if p in running]
+    idle = [repr(p) for p in projects if p not in running]
+    parts = []
+    if live:
+        parts.append(f"A drain is running for {', '.join(live)}: it sends them now.")
+    if idle:
+        parts.append(
+            f"No drain is running for {', '.join(idle)}: they stay pending until a worker connects."
+        )
+    return " ".join(parts)

@@ -32,7 +32,7 @@ runner from ``metadata.chain_name``, else ``agent_id``, else ``chain_id``; paylo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -459,3 +459,13 @@ __all__ = [
     "wire_checkpoint_id",
     "wire_status",
 ]
+
+
+def ids_checksum(checkpoint_ids: Iterable[str]) -> str:
+    """The checksum of a thread's replicated rows: SHA-256 of their wire checkpoint ids, sorted
+    and joined by newlines (the plane's digest route and ``durability doctor --plane`` both use
+    it, so a thread's replica is compared without reading a state)."""
+    digest = hashlib.sha256()
+    for checkpoint_id in sorted(checkpoint_ids):
+        digest.update(checkpoint_id.encode("utf-8", "surrogatepass") + b"\n")
+    return digest.hexdigest()

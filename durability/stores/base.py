@@ -49,9 +49,10 @@ from durability.errors import (
     InvalidIdError,
     ParkRefused,
 )
-from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord
+from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
 from durability.stores.delegate import Delegate
+from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
 from durability.stores.ledger import Ledger
 from durability.stores.outbox import Outbox
@@ -68,7 +69,13 @@ from durability.stores.rows import (
     stored,
 )
 from durability.stores.scans import Scans
-from durability.stores.sealing import open_checkpoint, open_write, seal_checkpoint, seal_write
+from durability.stores.sealing import (
+    Reseal,
+    open_checkpoint,
+    open_write,
+    seal_checkpoint,
+    seal_write,
+)
 from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
@@ -424,6 +431,17 @@ class Store(ABC):
         self.ready()
         return self._delete(thread_id, None)
 
+    def erase(self, thread_id: str, *, by: str = "") -> ErasureReceipt:
+        """Erase the thread: every checkpoint, pending write, ledger record (mark, lease), park
+        and outbox row (pending and quarantined ones dropped, never sent) goes, and a tombstone
+        refuses every later write, atomically with the delete. Returns the receipt.
+
+        ``by`` names who asked (kept in the tombstone). Idempotent: erasing an erased thread
+        keeps the first tombstone and says ``already_erased``. The plane's copy is not touched
+        here: :func:`durability.replication.erase_thread` asks the plane too.
+        """
+        return apply_erasure(self, plan_erasure(self, thread_id), by=by)
+
     def delete_checkpoints(self, thread_id: str, checkpoints: Sequence[CheckpointKey]) -> Deleted:
         """Remove these checkpoints of the thread and their pending writes (absent ones are skipped).
 
@@ -598,10 +616,26 @@ class Store(ABC):
         """Delete these checkpoints of the thread and their pending writes; with ``keys=None``,
         the whole thread: every checkpoint, pending write and record of every capability."""
 
+    def _erase(self, thread_id: str, stone: Tombstone) -> tuple[Tombstone, Deleted]:
+        """Tombstone the thread, then delete all of it; return the stored tombstone and counts.
+
+        Correct where every put checks the tombstone atomically with its write (memory, Redis):
+        from the tombstone on, nothing lands, so the delete finds the thread whole. A backend
+        whose puts could slip between the two steps overrides this to do both in one.
+        """
+        assert self.tombstones is not None
+        stored = self.tombstones._bury(thread_id, stone)
+        return stored, self._delete(thread_id, None)
+
     @abstractmethod
     def _set_status(self, address: CheckpointAddress, change: StatusChange) -> bool:
         """Change one stored row's status and interrupt fields (``size_bytes`` follows the new
         context's length); ``False`` if the row is absent."""
+
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        """Replace these checkpoints' state texts in one transaction, each only where it still
+        holds ``old`` (re-encryption); ``size_bytes`` follows. Optional: the core providers have it."""
+        raise self.missing("re-encryption", "re-encrypt checkpoints")
 
     def _has_any_checkpoint(self) -> bool:
         """Whether the store holds any checkpoint (a backend answers this in one read)."""

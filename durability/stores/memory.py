@@ -33,6 +33,7 @@ from durability.stores.scans import (
     row_scalars,
     thread_row,
 )
+from durability.stores.sealing import Reseal
 from durability.stores.tombstones import Tombstones, new_secret
 
 
@@ -163,6 +164,14 @@ class MemoryStore(Store):
             return {
                 (ns, cid): list(writes.get((thread_id, ns, cid), {}).values()) for ns, cid in keys
             }
+
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        with self._data.lock:
+            for change in changes:
+                address = (change.thread_id, change.namespace, change.checkpoint_id)
+                row = self._data.ids.get(address)
+                if row is not None and row.state == change.old:
+                    row.state, row.size_bytes = change.new, row.size_bytes + change.delta
 
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         with self._data.lock:
@@ -306,6 +315,12 @@ class MemoryTombstones(Tombstones):
     def _lift(self, thread_id: str, digest: str) -> bool:
         with self.store._data.lock:
             return self.store._data.tombstones.pop(digest, None) is not None
+
+    def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
+        with self.store._data.lock:
+            stone = self.store._data.tombstones.get(digest)
+            if stone is not None:
+                self.store._data.tombstones[digest] = replace(stone, receipt=receipt)
 
     def _count(self) -> int:
         return len(self.store._data.tombstones)

@@ -31,6 +31,20 @@ OUTBOX_STATES = ("pending", "synced", "quarantined")
 
 
 @dataclass(frozen=True, slots=True)
+class PendingSpan:
+    """A time a row was pending that its current state no longer shows: from ``pending_from``
+    (its write, or an earlier release) to ``pending_until`` (its quarantine), recorded at
+    ``released_at``. ``created_at`` is the row's write time (its age while pending)."""
+
+    project_id: str
+    created_at: datetime
+    pending_from: datetime
+    pending_until: datetime
+    size_bytes: int
+    released_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionRecord:
     """A store's record that it replicates a project to a plane (no secret is kept).
 
@@ -130,9 +144,27 @@ class Outbox(Capability, ABC):
         self._record_attempt(list(keys), error)
 
     def release(self, keys: Iterable[RowKey] | None = None) -> int:
-        """Put quarantined rows back in the outbox (all of them when ``keys`` is ``None``)."""
+        """Put quarantined rows back in the outbox (all of them when ``keys`` is ``None``).
+
+        What happened stays on record: each released row's time pending before its quarantine
+        is kept as a :class:`PendingSpan` (:meth:`history`), and the row is pending again from
+        now (``OutboxEntry.pending_since``), so a backlog of the past never changes.
+        """
         self.store.ready()
-        return self._release(None if keys is None else list(keys))
+        return self._release(None if keys is None else list(keys), self.store.clock())
+
+    def history(self) -> list[PendingSpan]:
+        """The spans released rows spent pending before their quarantine, oldest release first.
+
+        Anonymous (no thread or checkpoint id): a thread deleted later leaves its spans, which
+        name no one. Empty for a store that keeps no history.
+        """
+        self.store.ready()
+        return self._history()
+
+    def _history(self) -> list[PendingSpan]:
+        """The stored spans (a store that keeps none returns ``[]``)."""
+        return []
 
     def entries(
         self,
@@ -230,8 +262,9 @@ class Outbox(Capability, ABC):
         """Add one to the rows' attempts and record ``error`` as their last error."""
 
     @abstractmethod
-    def _release(self, keys: list[RowKey] | None) -> int:
-        """Make quarantined rows pending again (all of them for ``None``); how many."""
+    def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
+        """Make quarantined rows pending again from ``now`` (all of them for ``None``), keeping
+        each one's span pending before its quarantine (:meth:`history`); how many."""
 
     @abstractmethod
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:

@@ -80,6 +80,7 @@ OUTBOX_COLUMNS = (
     "sync_error",
     "attempts",
     "last_error",
+    "pending_since",
 )
 
 
@@ -280,6 +281,7 @@ class Scans(Capability):
                 e.sync_error,
                 e.attempts,
                 e.last_error,
+                None if e.pending_since is None else to_micros(e.pending_since),
             )
             for e in entries
         )

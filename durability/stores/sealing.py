@@ -19,17 +19,41 @@ Rows of foreign stores (another tool's format, read in place) are never sealed a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durability._util import redact_url, short
 from durability.crypto.format import ENVELOPE_PREFIX, key_id_of
 from durability.errors import PlaintextRefused, StateEncrypted
 from durability.model import Checkpoint, PendingWrite
-from durability.stores.rows import CheckpointRow, EncodedCheckpoint, EncodedWrite, WriteRow
+from durability.stores.rows import (
+    CheckpointRow,
+    EncodedCheckpoint,
+    EncodedWrite,
+    WriteRow,
+    utf8_len,
+)
 
 if TYPE_CHECKING:
     from durability.crypto.envelope import Sealer
     from durability.stores.base import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Reseal:
+    """One checkpoint's state to replace (re-encryption): written only if it still holds ``old``,
+    ``size_bytes`` moving by the texts' difference."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    old: str
+    new: str
+
+    @property
+    def delta(self) -> int:
+        """How many bytes the row grows by (``new`` and ``old`` sizes as stored)."""
+        return utf8_len(self.new) - utf8_len(self.old)
 
 
 def write_field(task_id: str, idx: int) -> str:
@@ -110,4 +134,11 @@ def _clear(
     )
 
 
-__all__ = ["open_checkpoint", "open_write", "seal_checkpoint", "seal_write", "write_field"]
+__all__ = [
+    "Reseal",
+    "open_checkpoint",
+    "open_write",
+    "seal_checkpoint",
+    "seal_write",
+    "write_field",
+]

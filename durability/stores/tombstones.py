@@ -88,6 +88,10 @@ class Tombstones(Capability, ABC):
         check_thread(thread_id, "", "reopen a thread")
         return self._lift(thread_id, self.hash_of(thread_id))
 
+    def record_receipt(self, thread_id: str, receipt: str) -> None:
+        """Keep ``receipt`` (JSON, without the thread id) in the thread's tombstone."""
+        self._record_receipt(thread_id, self.hash_of(thread_id), receipt)
+
     def count(self) -> int:
         """How many tombstones the store holds."""
         self.store.ready()
@@ -134,6 +138,10 @@ class Tombstones(Capability, ABC):
     @abstractmethod
     def _lift(self, thread_id: str, digest: str) -> bool:
         """Remove the tombstone; ``False`` if there was none."""
+
+    @abstractmethod
+    def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
+        """Replace the stored tombstone's receipt (a no-op without a tombstone)."""
 
     @abstractmethod
     def _count(self) -> int:

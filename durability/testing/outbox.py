@@ -1,4 +1,5 @@
-"""The outbox's checks: pending rows oldest first, synced and quarantined marks, releases, connection records."""
+"""The outbox's checks: pending rows oldest first, synced and quarantined marks, releases and
+the history they keep, connection records."""
 
 from __future__ import annotations
 
@@ -84,6 +85,47 @@ def check_outbox_marks(target: StoreTarget) -> None:
         assert (sent.state, sent.attempts, sent.last_error) == ("synced", 2, None)
         assert sent.synced_at == clock()
         raises(InvalidIdError, lambda: outbox.entries(state="lost"))
+
+
+@check
+def check_outbox_history(target: StoreTarget) -> None:
+    """A release keeps what happened: the span the row was pending before its quarantine is in
+    the history, the row is pending again from the release, and the plane's ack keeps that."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        if store.outbox is None:
+            return
+        outbox = store.outbox
+        row = store.put(sample("t-history", 0, project_id="p1"))
+        key = (row.thread_id, row.seq or 0)
+        clock.advance(timedelta(minutes=5))
+        quarantined_at = clock()
+        outbox.mark_quarantined({key: "HTTP 413: too big"})
+        assert outbox.history() == []
+        for n in (1, 2):  # released, refused again, released again: two spans
+            clock.advance(timedelta(hours=1))
+            released_at = clock()
+            assert outbox.release([key]) == 1
+            [entry] = outbox.entries(thread_id=row.thread_id)
+            assert (entry.state, entry.pending_since) == ("pending", released_at)
+            if n == 1:
+                clock.advance(timedelta(minutes=1))
+                outbox.mark_quarantined({key: "HTTP 413: too big"})
+        first, second = outbox.history()
+        assert (first.project_id, first.size_bytes) == ("p1", row.size_bytes)
+        assert (first.created_at, first.pending_from) == (row.created_at, row.created_at)
+        assert first.pending_until == quarantined_at
+        assert second.pending_from == first.released_at
+        assert second.pending_until == first.released_at + timedelta(minutes=1)
+        assert second.released_at == released_at
+        clock.advance(timedelta(minutes=1))
+        outbox.mark_synced([key])
+        [entry] = outbox.entries(thread_id=row.thread_id)
+        assert (entry.state, entry.pending_since, entry.synced_at) == (
+            "synced",
+            released_at,
+            clock(),
+        )
 
 
 @check

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from datetime import timedelta
 
 from durability.clock import FrozenClock
@@ -88,3 +90,97 @@ def check_tombstone_hostile_ids(target: StoreTarget) -> None:
             raises(ThreadErased, lambda: store.put(erased))  # noqa: B023 - called at once
             store.put(sample(thread_id + "x", 0))
         assert store.tombstones.count() == 6
+
+
+def _fill(store: Store, thread_id: str) -> list[int]:
+    """Give the thread something in every place erasure clears; returns its checkpoints' seqs."""
+    cps = store.put_many([sample(thread_id, n) for n in range(3)])
+    store.put_writes(
+        [
+            PendingWrite(
+                thread_id=thread_id,
+                checkpoint_id=cps[0].checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+            )
+        ]
+    )
+    if store.ledger is not None:
+        store.record_run_start(thread_id, run_id="run-1", owner="o")
+        store.mark_finished(thread_id)
+        store.acquire_lease(thread_id, "worker-1", timedelta(minutes=5))
+    if store.capabilities.can_park:
+        store.park(sample(thread_id, 9), deadline=store.clock() + timedelta(hours=1))
+    return [cp.seq or 0 for cp in cps]
+
+
+@check
+@requires("tombstones")
+def check_erase_removes_everything(target: StoreTarget) -> None:
+    """Erase removes every record of the thread, lists what it dropped, and holds; twice is a no-op."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        assert store.tombstones is not None
+        seqs = _fill(store, "t-erase")
+        store.put(sample("t-other", 0))
+        if store.outbox is not None:
+            store.outbox.mark_synced([("t-erase", seqs[0])])
+            store.outbox.mark_quarantined({("t-erase", seqs[1]): "too big"})
+        receipt = store.erase("t-erase", by="dpo")
+        assert receipt.store["checkpoints"] == (4 if store.capabilities.can_park else 3)
+        assert receipt.store["pending_writes"] == 1
+        assert receipt.store["bytes"] > 0
+        assert receipt.already_erased is False
+        assert receipt.erased_by == "dpo"
+        assert receipt.tombstone == store.tombstones.hash_of("t-erase")
+        assert "t-erase" not in receipt.to_json()
+        if store.ledger is not None:
+            assert receipt.store["ledger_record"]
+            assert receipt.store["finished_mark"]
+            assert receipt.store["live_lease"]
+        if store.outbox is not None:
+            assert receipt.outbox["sent_rows_removed"] == 1
+            assert len(receipt.outbox["quarantined_dropped"]) == 1
+            assert len(receipt.outbox["pending_dropped"]) >= 1
+            assert all(e.thread_id != "t-erase" for e in store.outbox.entries())
+        assert store.thread("t-erase") is None
+        assert store.history("t-erase", None) == []
+        assert store.parks is None or store.parks.get("t-erase") is None
+        assert store.latest("t-other") is not None
+        _refuses_every_write(store, "t-erase")
+        clock.advance(timedelta(hours=1))
+        again = store.erase("t-erase", by="someone")
+        assert again.already_erased is True
+        assert again.store["checkpoints"] == 0
+        assert again.erased_at == receipt.erased_at
+        stone = store.tombstones.get("t-erase")
+        assert stone is not None
+        assert stone.receipt == receipt.to_json()
+
+
+@check
+@requires("tombstones")
+def check_erase_while_a_run_writes(target: StoreTarget) -> None:
+    """A run writing while the thread is erased is refused from then on; nothing comes back."""
+    with target.open() as store, target.open() as writer:
+        store.put(sample("t-busy", 0))
+        refused: list[BaseException] = []
+
+        def write() -> None:
+            for n in range(1, 10_000):
+                try:
+                    writer.put(sample("t-busy", n))
+                except ThreadErased as exc:
+                    refused.append(exc)
+                    return
+
+        runner = threading.Thread(target=write)
+        runner.start()
+        while len(store.history("t-busy", None)) < 5:
+            time.sleep(0.001)
+        store.erase("t-busy")
+        runner.join(timeout=60)
+        assert refused, "the writer was never refused"
+        assert store.history("t-busy", None) == []
+        assert store.thread("t-busy") is None

@@ -307,7 +307,7 @@ class ForeignOutbox(Outbox):
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
         raise self.store.refuse("record a send attempt")
 
-    def _release(self, keys: list[RowKey] | None) -> int:
+    def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
         raise self.store.refuse("release quarantined rows")
 
     def _record_connection(self, connection: ConnectionRecord) -> None:

@@ -18,6 +18,7 @@ from durability import codec
 from durability.clock import from_micros, to_micros
 from durability.errors import StoreError
 from durability.model import Lease, OutboxEntry, Park, ThreadRecord
+from durability.stores.outbox import PendingSpan
 from durability.stores.rows import (
     ID_FIELDS,
     PAYLOAD_FIELDS,
@@ -100,6 +101,30 @@ def header_time(outbox_header: bytes) -> int:
     return int(orjson.loads(outbox_header)["t"])
 
 
+def pending_span(header: bytes, until_at: bytes, since: bytes, released_at: int) -> bytes:
+    """The history entry of a released row: its project, write time, the span it was pending
+    (from ``since``, else its write, to ``until_at``, its quarantine), its size, the release."""
+    head = orjson.loads(header)
+    created = int(head["at"])
+    start = int(since) if since else created
+    return orjson.dumps(
+        [head["p"], created, start, int(until_at) if until_at else created, head["b"], released_at]
+    )
+
+
+def span_of(raw: bytes) -> PendingSpan:
+    """A history entry as a :class:`~durability.stores.outbox.PendingSpan`."""
+    project, created, start, until_at, size, released = orjson.loads(raw)
+    return PendingSpan(
+        project_id=project,
+        created_at=from_micros(created),
+        pending_from=from_micros(start),
+        pending_until=from_micros(until_at),
+        size_bytes=size,
+        released_at=from_micros(released),
+    )
+
+
 def pairs(flat: Sequence[bytes]) -> dict[str, bytes]:
     """An ``HGETALL`` answer as a dict."""
     return {flat[j].decode(): flat[j + 1] for j in range(0, len(flat), 2)}
@@ -115,6 +140,7 @@ def entries(fields: dict[str, bytes], *, synced: bool) -> list[tuple[int, Outbox
         head = orjson.loads(raw)
         reason = fields.get("q" + seq)
         synced_at = fields.get("z" + seq)
+        since = fields.get("r" + seq)
         error = fields.get("e" + seq)
         entry = OutboxEntry(
             thread_id=head["th"],
@@ -130,6 +156,7 @@ def entries(fields: dict[str, bytes], *, synced: bool) -> list[tuple[int, Outbox
             last_error=error.decode() if error is not None else None,
             synced_at=from_micros(int(synced_at)) if synced_at is not None else None,
             step_type=head["st"],
+            pending_since=from_micros(int(since)) if since is not None else None,
         )
         found.append((int(head["t"]), entry))
     return found

@@ -17,7 +17,7 @@ import orjson
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, RowKey
+from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, PendingSpan, RowKey
 from durability.stores.redis import documents as docs
 from durability.stores.redis.keys import IndexOps, member, member_seq, member_tag, thread_tag
 from durability.stores.rows import EncodedCheckpoint
@@ -135,7 +135,7 @@ class RedisOutbox(Outbox):
             ]
             self.store.eval_many("record a send attempt", "outbox_attempt", calls)
 
-    def _release(self, keys: list[RowKey] | None) -> int:
+    def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
         store = self.store
         if keys is None:
             members = store.run(
@@ -149,16 +149,30 @@ class RedisOutbox(Outbox):
             groups = self._by_thread(keys)
         if not groups:
             return 0
-        calls = [(tag, list(seqs)) for tag, seqs in groups.items()]
+        at = to_micros(now)
+        calls = [(tag, [at, *seqs]) for tag, seqs in groups.items()]
         out = store.eval_many("release quarantined rows", "outbox_release", calls)
         add, remove = IndexOps(), IndexOps()
+        spans: list[bytes] = []
         for (tag, _), flat in zip(calls, out, strict=True):
-            for j in range(0, len(flat), 2):
+            for j in range(0, len(flat), 4):
                 name = member(tag, int(flat[j]))
                 remove.quarantine[name] = 0
                 add.outbox[name] = docs.header_time(flat[j + 1])
+                spans.append(docs.pending_span(flat[j + 1], flat[j + 2], flat[j + 3], at))
+        if spans:
+            store.run(
+                "keep the outbox history", lambda _r: store.client.rpush(store.keys.history, *spans)
+            )
         store.index("index released rows", add=add, remove=remove)
         return len(add.outbox)
+
+    def _history(self) -> list[PendingSpan]:
+        store = self.store
+        raw = store.run(
+            "read the outbox history", lambda _r: store.client.lrange(store.keys.history, 0, -1)
+        )
+        return [docs.span_of(item) for item in raw]
 
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
         state, project_id, thread_id, after_seq, limit = astuple(query)

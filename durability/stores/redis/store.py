@@ -56,6 +56,7 @@ from durability.stores.redis.scans import RedisScans
 from durability.stores.redis.scripts import THREAD_KEYS, source
 from durability.stores.redis.tombstones import RedisTombstones
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
+from durability.stores.sealing import Reseal
 
 T = TypeVar("T")
 
@@ -497,6 +498,17 @@ class RedisStore(Store):
                 if d is not None
             ]
         return found
+
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        action = "re-encrypt checkpoints"
+        for change in changes:  # a document is replaced only if nobody changed it since read
+            tag, key = thread_tag(change.thread_id), [change.namespace, change.checkpoint_id]
+            found = self.eval(action, "get", tag, key, write=False)
+            row = docs.hit(found)
+            if row is None or row.thread_id != change.thread_id or row.state != change.old:
+                continue
+            row.state, row.size_bytes = change.new, row.size_bytes + change.delta
+            self.eval(action, "set_doc", tag, [found[0], found[1], docs.doc(row), change.delta])
 
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         thread_id, namespace, checkpoint_id = address

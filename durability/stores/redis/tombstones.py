@@ -64,6 +64,12 @@ class RedisTombstones(Tombstones):
         self.store.run("unindex a tombstone", lambda _r: self.store.client.zrem(key, tag))
         return bool(gone)
 
+    def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
+        tag = thread_tag(thread_id)
+        self.store.eval(
+            "record an erasure receipt", "tombstone_receipt", tag, [receipt], write=False
+        )
+
     def _count(self) -> int:
         key = self.store.keys.tombstones
         return int(self.store.run("count tombstones", lambda _r: self.store.client.zcard(key)))

@@ -24,6 +24,7 @@ from durability.stores.sql.schema import (
     connections,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     sweep_lock_table,
@@ -253,8 +254,19 @@ def outbox_triggers(conn: SAConnection) -> list[str]:
     ]
 
 
+def _outbox_history(conn: SAConnection) -> None:
+    """Version 12: a released row is pending again from its release (``pending_since``, in the
+    outbox and, after the ack, in the synced record), and the span it was pending before its
+    quarantine is kept in a table of its own, so a release never changes the backlog of days
+    past (decision 0071)."""
+    for table in (outbox_table, synced_table):
+        if "pending_since" not in _columns_of(conn, table.name):
+            _add_column(conn, table, "pending_since", "BIGINT")
+    create(conn, outbox_history)
+
+
 def _rebuilt_table(conn: SAConnection) -> None:
-    """Version 12 (SQLite): the checkpoints table rebuilt (see :mod:`.rebuild`): no
+    """Version 13 (SQLite): the checkpoints table rebuilt (see :mod:`.rebuild`): no
     AUTOINCREMENT counter, one unique index for ids, order and prefix search, no unused
     columns. Postgres keeps its layout (a sequence never hands a value out twice, and its
     btree cannot hold a 10 KB id)."""
@@ -275,6 +287,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("sweep lock", _sweep_lock),
     ("tombstones", _tombstones),
     ("outbox tables", _outbox_tables),
+    ("outbox history", _outbox_history),
     ("checkpoints table rebuilt", _rebuilt_table),
 )
 

@@ -18,12 +18,21 @@ import sqlalchemy as sa
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.model import OutboxEntry
-from durability.stores.outbox import ConnectionRecord, EntryQuery, Outbox, OutboxSummary, RowKey
+from durability.stores.outbox import (
+    ConnectionRecord,
+    EntryQuery,
+    Outbox,
+    OutboxSummary,
+    PendingSpan,
+    RowKey,
+)
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
+    checkpoints,
     connections,
     micros,
+    outbox_history,
     outbox_table,
     synced_table,
     thread_key,
@@ -49,6 +58,7 @@ ENTRY_SQL = {
     "last_error": "CASE WHEN o.seq IS NULL THEN s.last_error ELSE o.last_error END",
     "synced_at": "COALESCE(o.synced_at, s.synced_at)",
     "step_type": "c.step_type",
+    "pending_since": "CASE WHEN o.seq IS NULL THEN s.pending_since ELSE o.pending_since END",
 }
 _ENTRY_COLUMNS = tuple(ENTRY_SQL)
 #: Which rows of the join each state is.
@@ -114,10 +124,12 @@ class SQLOutbox(Outbox):
             for chunk in chunks([seq for _, seq in keys]):
                 marks = ", ".join([mark] * len(chunk))
                 conn.exec_driver_sql(
-                    f"INSERT INTO {done} (seq, synced_at, attempts, last_error) "  # noqa: S608
-                    f"SELECT seq, {mark}, {attempts}, {error} FROM {box} WHERE seq IN ({marks}) "
+                    f"INSERT INTO {done} (seq, synced_at, attempts, last_error, pending_since) "  # noqa: S608
+                    f"SELECT seq, {mark}, {attempts}, {error}, pending_since FROM {box} "
+                    f"WHERE seq IN ({marks}) "
                     "ON CONFLICT (seq) DO UPDATE SET synced_at = excluded.synced_at, "
-                    "attempts = excluded.attempts, last_error = excluded.last_error",
+                    "attempts = excluded.attempts, last_error = excluded.last_error, "
+                    "pending_since = excluded.pending_since",
                     (to_micros(now), *chunk),
                 )
                 conn.exec_driver_sql(
@@ -160,17 +172,38 @@ class SQLOutbox(Outbox):
                 )
 
     @reconnecting
-    def _release(self, keys: list[RowKey] | None) -> int:
+    def _release(self, keys: list[RowKey] | None, now: datetime) -> int:
+        # One transaction: the spans the rows were pending are kept, then the rows reopened.
         o = outbox_table.c
-        release = outbox_table.update().values(sync_error=None, synced_at=None)
+        at = to_micros(now)
+        reopen = outbox_table.update().values(sync_error=None, synced_at=None, pending_since=at)
         with self.store.db.write("release quarantined rows") as conn:
             if keys is None:
-                return int(conn.execute(release.where(o.sync_error.isnot(None))).rowcount)
+                conn.execute(_keep_spans(at, o.sync_error.isnot(None)))
+                return int(conn.execute(reopen.where(o.sync_error.isnot(None))).rowcount)
             total = 0
             for chunk in chunks([seq for _, seq in keys]):
-                where = release.where(o.sync_error.isnot(None), o.seq.in_(chunk))
-                total += conn.execute(where).rowcount
+                chosen = sa.and_(o.sync_error.isnot(None), o.seq.in_(chunk))
+                conn.execute(_keep_spans(at, chosen))
+                total += conn.execute(reopen.where(chosen)).rowcount
             return total
+
+    @reconnecting
+    def _history(self) -> list[PendingSpan]:
+        h = outbox_history.c
+        with self.store.db.one("read the outbox history") as conn:
+            rows = conn.execute(sa.select(outbox_history).order_by(h.released_at, h.id)).all()
+        return [
+            PendingSpan(
+                project_id=r.project_id,
+                created_at=from_micros(r.created_at),
+                pending_from=from_micros(r.pending_from),
+                pending_until=from_micros(r.pending_until),
+                size_bytes=r.size_bytes,
+                released_at=from_micros(r.released_at),
+            )
+            for r in rows
+        ]
 
     @reconnecting
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
@@ -284,9 +317,37 @@ class SQLOutbox(Outbox):
         return [OutboxSummary(p, **t) for p, t in sorted(totals.items())]
 
 
+def _keep_spans(released_at: int, where: Any) -> Any:
+    """``INSERT … SELECT``: the span each outbox row ``where`` chooses was pending, into the
+    history (anonymous: the project, times and size, no id)."""
+    o, c = outbox_table.c, checkpoints.c
+    span = (
+        sa.select(
+            c.project_id,
+            c.created_at,
+            sa.func.coalesce(o.pending_since, c.created_at),
+            sa.func.coalesce(o.synced_at, c.created_at),
+            c.size_bytes,
+            sa.literal(released_at, sa.BigInteger),
+        )
+        .select_from(outbox_table.join(checkpoints, c.seq == o.seq))
+        .where(where)
+    )
+    names = [
+        "project_id",
+        "created_at",
+        "pending_from",
+        "pending_until",
+        "size_bytes",
+        "released_at",
+    ]
+    return outbox_history.insert().from_select(names, span)
+
+
 def _entry(r: Any) -> OutboxEntry:
     e = dict(zip(_ENTRY_COLUMNS, r, strict=True))
     e["created_at"] = from_micros(e["created_at"])
     e["synced_at"] = time_of(e["synced_at"])
+    e["pending_since"] = time_of(e["pending_since"])
     e["synced"] = bool(e["synced"])
     return OutboxEntry(**e)

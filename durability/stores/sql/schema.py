@@ -82,6 +82,7 @@ outbox_table = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("sync_error", sa.Text),
     sa.Column("synced_at", sa.BigInteger),
+    sa.Column("pending_since", sa.BigInteger),
 )
 
 #: The record an acknowledgement leaves: when the plane took the row, after how many attempts
@@ -94,6 +95,20 @@ synced_table = sa.Table(
     sa.Column("synced_at", sa.BigInteger),
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("last_error", sa.Text),
+    sa.Column("pending_since", sa.BigInteger),
+)
+
+#: What released rows spent pending before their quarantine (migration 12): anonymous spans.
+outbox_history = sa.Table(
+    "durability_outbox_history",
+    metadata,
+    sa.Column("id", BIGINT, primary_key=True, autoincrement=True),
+    sa.Column("project_id", sa.Text, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("pending_from", sa.BigInteger, nullable=False),
+    sa.Column("pending_until", sa.BigInteger, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("released_at", sa.BigInteger, nullable=False),
 )
 
 writes = sa.Table(

@@ -6,6 +6,7 @@ this package, all over one :class:`~durability.stores.sql.engine.Database`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,10 +19,11 @@ from sqlalchemy.engine import Engine
 from durability._util import chunks
 from durability.clock import to_micros
 from durability.errors import CheckpointConflict, StoreError, StoreUnavailable
-from durability.model import Deleted, ThreadRecord
+from durability.model import Deleted, ThreadRecord, Tombstone
 from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
+from durability.stores.sealing import Reseal
 from durability.stores.sql.engine import (
     Database,
     Options,
@@ -45,6 +47,7 @@ from durability.stores.sql.schema import (
     hash_of,
     meta_table,
     migrations_table,
+    outbox_history,
     outbox_table,
     parks,
     synced_table,
@@ -206,6 +209,7 @@ class SQLStore(Store):
                 parks,
                 connections,
                 tombstones,
+                outbox_history,
             ):
                 conn.execute(table.delete())
             # The erasure secret stays (other handles hold it already), and the seq floor.
@@ -357,6 +361,31 @@ class SQLStore(Store):
         return found
 
     @reconnecting
+    def _reseal(self, changes: Sequence[Reseal]) -> None:
+        statement = (
+            checkpoints.update()
+            .where(
+                checkpoints.c.ckey == sa.bindparam("k"),
+                checkpoints.c.thread_id == sa.bindparam("t"),
+                checkpoints.c.state == sa.bindparam("old"),
+            )
+            .values(
+                state=sa.bindparam("new"), size_bytes=checkpoints.c.size_bytes + sa.bindparam("d")
+            )
+        )
+        params = [
+            {
+                "k": checkpoint_key(c.thread_id, c.namespace, c.checkpoint_id),
+                "t": c.thread_id,
+                "old": c.old,
+                "new": c.new,
+                "d": c.delta,
+            }
+            for c in changes
+        ]
+        with self.db.write("re-encrypt checkpoints") as conn:
+            conn.execute(statement, params)
+
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         thread_id, namespace, checkpoint_id = address
         where = (
@@ -466,6 +495,20 @@ class SQLStore(Store):
                     )
                 ).rowcount
         return Deleted(checkpoints=removed, writes=removed_writes)
+
+    @reconnecting
+    def _erase(self, thread_id: str, stone: Tombstone) -> tuple[Tombstone, Deleted]:
+        with self.db.write("erase a thread") as conn:
+            if self.provider == "postgres":
+                # Puts in flight finish first (and are erased here); a put that starts later
+                # waits for this commit, then its statement sees the tombstone. SQLite's
+                # writers queue on the database lock already.
+                conn.exec_driver_sql(
+                    f"LOCK TABLE {self.sql.table}, {self.sql.writes_table} "
+                    "IN SHARE ROW EXCLUSIVE MODE"
+                )
+            stored = self.tombstones.bury_in(conn, stone)
+            return stored, self.delete_thread_in(conn, thread_id)
 
     @staticmethod
     def delete_thread_in(conn: SAConnection, thread_id: str) -> Deleted:

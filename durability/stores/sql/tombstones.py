@@ -87,6 +87,13 @@ class SQLTombstones(Tombstones):
             )
 
     @reconnecting
+    def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
+        with self.store.db.write("record an erasure receipt") as conn:
+            conn.execute(
+                tombstones.update().where(tombstones.c.ekey == digest).values(receipt=receipt)
+            )
+
+    @reconnecting
     def _count(self) -> int:
         with self.store.db.one("count tombstones") as conn:
             return int(

@@ -10,11 +10,13 @@ for j = 5, #ARGV do
     if alive then
       local a = redis.call('HGET', OS, 'a' .. seq)
       local e = redis.call('HGET', OS, 'e' .. seq)
+      local r = redis.call('HGET', OS, 'r' .. seq)
       redis.call('HSET', SY, 'h' .. seq, header, 'z' .. seq, ARGV[4])
       if a then redis.call('HSET', SY, 'a' .. seq, a) end
       if e then redis.call('HSET', SY, 'e' .. seq, e) end
+      if r then redis.call('HSET', SY, 'r' .. seq, r) end
     end
-    redis.call('HDEL', OS, 'h' .. seq, 'a' .. seq, 'e' .. seq, 'q' .. seq, 'z' .. seq)
+    redis.call('HDEL', OS, 'h' .. seq, 'a' .. seq, 'e' .. seq, 'q' .. seq, 'z' .. seq, 'r' .. seq)
     redis.call('HDEL', OD, seq)
     table.insert(moved, seq)
   elseif alive and redis.call('HEXISTS', SY, 'h' .. seq) == 1 then
