@@ -238,7 +238,9 @@ else:
     md("""
 ## One thread, step by step
 
-Pick a thread to see its checkpoints in write order and the state each step saved.
+Type the start of a thread id in **search** (the store answers with a page of matching ids, in
+id order; **Next page** for more — it never lists every thread of a large store), pick one, and
+see its checkpoints in write order and the state each step saved.
 """),
     code("""
 from durability.widgets import StoreExplorer

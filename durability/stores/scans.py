@@ -9,6 +9,7 @@ Column reads come in chunks of numpy object arrays (numpy is imported here, neve
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -116,6 +117,29 @@ class Scans(Capability):
             {name: chunk[name] for name in wanted}
             for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
         )
+
+    def find_threads(
+        self, prefix: str = "", *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """A page of a search: the thread ids starting with ``prefix`` and greater than
+        ``after``, in id order (code points), at most ``limit`` of them; never every id.
+
+        Pass the last id of a page as ``after`` for the next. A SQL store answers from an index
+        of its ledger (threads a run wrote), or, when its ledger is empty, by reading its
+        checkpoints' ids; the default walks the store's thread pages.
+        """
+        if limit < 1:
+            raise InvalidIdError(f"cannot search threads: limit={limit} must be at least 1")
+        self.store.ready()
+        return self._find_threads(prefix, after, limit)
+
+    def _find_threads(self, prefix: str, after: str | None, limit: int) -> list[str]:
+        found = (
+            r.thread_id
+            for r in self.store.iter_threads()
+            if r.thread_id.startswith(prefix) and (after is None or r.thread_id > after)
+        )
+        return heapq.nsmallest(limit, found)
 
     def thread_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.
