@@ -69,7 +69,7 @@ def test_a_connection_record_from_before_version_6_survives_the_upgrade(tmp_path
 
 def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: Path) -> None:
     """A store at version 6 (hash-only key indexes) upgrades through thread-first keys to the
-    rebuilt table of version 14; rows, reads and uniqueness stay, no old index is left."""
+    rebuilt table of version 15; rows, reads and uniqueness stay, no old index is left."""
     path = tmp_path / "v6.db"
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:

@@ -161,7 +161,14 @@ def test_a_large_store_waits_for_the_migrate_command_which_resumes(
         assert store.applied_migrations() == list(range(1, 10)), "the refusal changed nothing"
         plan = CliRunner().invoke(cli, ["store", "migrate", url, "--plan", "--json"])
         assert plan.exit_code == 0, plan.output
-        assert [s["version"] for s in json.loads(plan.output)["pending"]] == [10, 11, 12, 13, 14]
+        assert [s["version"] for s in json.loads(plan.output)["pending"]] == [
+            10,
+            11,
+            12,
+            13,
+            14,
+            15,
+        ]
         assert json.loads(plan.output)["rows"] == 8
 
         def stop(done: int, total: int) -> None:

@@ -22,6 +22,7 @@ from durability.stores.sql.schema import (
     checkpoint_table,
     checkpoints,
     connections,
+    erase_requests,
     meta_table,
     migrations_table,
     outbox_history,
@@ -277,8 +278,13 @@ def _thread_id_index(conn: SAConnection) -> None:
     )
 
 
+def _erase_requests(conn: SAConnection) -> None:
+    """Version 14: erasures waiting for the plane, sent by the drain like unsent rows."""
+    create(conn, erase_requests)
+
+
 def _rebuilt_table(conn: SAConnection) -> None:
-    """Version 14 (SQLite): the checkpoints table rebuilt (see :mod:`.rebuild`): no
+    """Version 15 (SQLite): the checkpoints table rebuilt (see :mod:`.rebuild`): no
     AUTOINCREMENT counter, one unique index for ids, order and prefix search, no unused
     columns. Postgres keeps its layout (a sequence never hands a value out twice, and its
     btree cannot hold a 10 KB id)."""
@@ -301,6 +307,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("outbox tables", _outbox_tables),
     ("outbox history", _outbox_history),
     ("thread id index", _thread_id_index),
+    ("erase requests", _erase_requests),
     ("checkpoints table rebuilt", _rebuilt_table),
 )
 

@@ -1,4 +1,4 @@
-"""Migration 14 (SQLite): the checkpoints table rebuilt with fewer B-trees to write per put.
+"""Migration 15 (SQLite): the checkpoints table rebuilt with fewer B-trees to write per put.
 
 The rebuilt table keeps ``seq`` as its rowid but drops ``AUTOINCREMENT`` (whose counter page
 was written by every put): a seq is still never reused, because every insert takes
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from durability.stores.sql.engine import Database
 
 #: The schema version of the rebuild.
-REBUILD_VERSION = 14
+REBUILD_VERSION = 15
 #: A table of at most this many rows is rebuilt when the store opens (about a second).
 REBUILD_AT_OPEN_ROWS = 10_000
 #: Rows copied per transaction by ``durability store migrate``.

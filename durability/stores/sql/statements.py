@@ -57,7 +57,7 @@ class Statements:
         self.by_id = (
             'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
         )
-        #: SQLite's rebuilt table (version 14): ids indexed as they are, ``(thread_id,
+        #: SQLite's rebuilt table (version 15): ids indexed as they are, ``(thread_id,
         #: namespace, checkpoint_id)``, and a seq computed above the floor (see ``rebuild.py``).
         self.sqlite = self.id_indexed = dialect.name == "sqlite"
         names = ", ".join(quote(c) for c in self._INSERTED)
