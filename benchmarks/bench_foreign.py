@@ -186,9 +186,7 @@ def sweep_pg(args: argparse.Namespace) -> dict[str, Any]:
     try:
         s = pg_clone(url, template, copies)
         try:
-            out["durability"] = durability_sweep(
-                f"langgraph+{url}?schema={s}&writable=true"
-            )
+            out["durability"] = durability_sweep(f"langgraph+{url}?schema={s}&writable=true")
         finally:
             pg_drop(url, s)
         s = pg_clone(url, template, copies)
@@ -206,6 +204,40 @@ def sweep_pg(args: argparse.Namespace) -> dict[str, Any]:
             with pg_saver(url, s) as saver:
                 secs, _ = timed(lambda: saver.prune(ids, strategy="delete"))
             out["prune_delete"] = {"threads": len(ids), "s": secs}
+        finally:
+            pg_drop(url, s)
+    finally:
+        pg_drop(url, template)
+    return out
+
+
+def thin_pg(args: argparse.Namespace) -> dict[str, Any]:
+    """Thinning every thread to its latest checkpoint beside prune(ids, "keep_latest")."""
+    from durability.sweep.thin import plan_thin, thin
+
+    url, copies = args.pg_url, args.threads // args.template
+    template = pg_template(url, args.template)
+    out: dict[str, Any] = {"threads": copies * args.template}
+    try:
+        s = pg_clone(url, template, copies)
+        try:
+            store_url = f"langgraph+{url}?schema={s}&writable=true"
+            with durability.open(store_url, settings=SETTINGS) as store:
+                plan_s, _ = timed(lambda: plan_thin(store, keep_latest=1))
+                thin_s, result = timed(lambda: thin(store, keep_latest=1))
+            out["durability"] = {
+                "plan_s": plan_s,
+                "thin_s": thin_s,
+                "dropped": result.checkpoints,
+            }
+        finally:
+            pg_drop(url, s)
+        s = pg_clone(url, template, copies)
+        try:
+            ids = pg_ids(url, s)
+            with pg_saver(url, s) as saver:
+                secs, _ = timed(lambda: saver.prune(ids, strategy="keep_latest"))
+            out["prune_keep_latest"] = {"threads": len(ids), "s": secs}
         finally:
             pg_drop(url, s)
     finally:
@@ -231,7 +263,9 @@ def sqlite_clone(template: Path, target: Path, copies: int) -> None:
     with conn:
         for table in ("checkpoints", "writes"):
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-            select = ", ".join("t.thread_id || '-' || g.gn" if c == "thread_id" else f"t.{c}" for c in cols)
+            select = ", ".join(
+                "t.thread_id || '-' || g.gn" if c == "thread_id" else f"t.{c}" for c in cols
+            )
             conn.execute(
                 f"WITH RECURSIVE g(gn) AS (SELECT 1 UNION ALL SELECT gn + 1 FROM g "
                 f"WHERE gn < {copies}) INSERT INTO {table} ({', '.join(cols)}) "
@@ -326,6 +360,8 @@ def main() -> None:
                 results[part] = sweep_pg(args)
             elif part == "sweep-sqlite":
                 results[part] = sweep_sqlite(args, work)
+            elif part == "thin-pg":
+                results[part] = thin_pg(args)
             elif part == "copy":
                 results[part] = copy_bench(args, work)
             print(f"{part}: {time.perf_counter() - started:.0f}s", file=sys.stderr)
