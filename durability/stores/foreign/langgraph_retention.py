@@ -372,12 +372,13 @@ class LangGraphScans(Scans):
     # ------------------------------------------------------------------ deletes
 
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        self._writable("delete threads")
+        side = self._writable("delete threads")
         found: dict[str, Deleted] = {}
         for chunk in self._chunks(thread_ids):
             found.update(chunk)
         for t in thread_ids:
             found.setdefault(t, Deleted())
+        side.delete_threads(thread_ids)  # their ledger records (the sidecar holds no rows)
         return found
 
     def _chunks(self, thread_ids: list[str]) -> Iterator[dict[str, Deleted]]:
