@@ -39,6 +39,10 @@ UNREACHABLE = (
 )
 
 
+#: The plane's part of a receipt when no plane was asked.
+NOT_ASKED = "not asked: no plane is configured and the store does not replicate to one"
+
+
 @dataclass(frozen=True, slots=True)
 class ErasurePlan:
     """What erasing the thread would remove (a pure read of the store)."""
@@ -80,7 +84,7 @@ class ErasureReceipt:
     already_erased: bool
     store: dict[str, Any]
     outbox: dict[str, Any]
-    plane: dict[str, Any] = field(default_factory=lambda: {"status": "not asked"})
+    plane: dict[str, Any] = field(default_factory=lambda: {"status": NOT_ASKED})
     unreachable: tuple[str, ...] = UNREACHABLE
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from durability.stores.sql.schema import (
     checkpoint_table,
     checkpoints,
     connections,
+    erase_requests,
     meta_table,
     migrations_table,
     outbox_history,
@@ -275,6 +276,11 @@ def _thread_id_index(conn: SAConnection) -> None:
     )
 
 
+def _erase_requests(conn: SAConnection) -> None:
+    """Version 14: erasures waiting for the plane, sent by the drain like unsent rows."""
+    create(conn, erase_requests)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -290,6 +296,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("outbox tables", _outbox_tables),
     ("outbox history", _outbox_history),
     ("thread id index", _thread_id_index),
+    ("erase requests", _erase_requests),
 )
 
 
