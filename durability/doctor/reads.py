@@ -90,7 +90,9 @@ def ledger_threads(store: Store, which: str, before: datetime | None = None) -> 
     else:
         assert before is not None
         due = columns["due_at"]
-        mask = ~np.isnat(due) & (due <= np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us"))
+        mask = ~np.isnat(due) & (
+            due <= np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
+        )
     return [str(t) for t in columns["thread_id"][mask]]
 
 
