@@ -64,7 +64,15 @@ from durability.frames.encryption import ENCRYPTION_COLUMNS, encryption
 from durability.frames.erasures import erasures
 from durability.frames.problems import problems
 from durability.frames.runs import plane_runs, runs
-from durability.frames.store import backlog, checkpoints, outbox, parks, retention, threads
+from durability.frames.store import (
+    activity,
+    backlog,
+    checkpoints,
+    outbox,
+    parks,
+    retention,
+    threads,
+)
 
 __all__ = [
     "COLUMNS",
@@ -72,6 +80,7 @@ __all__ = [
     "OUTBOX_STATES",
     "RUN_STATUSES",
     "STATE_COLUMN",
+    "activity",
     "backlog",
     "checkpoints",
     "encryption",

@@ -49,6 +49,7 @@ from durability.replication import describe_drains
 from durability.settings import Settings, format_duration
 from durability.sweep import HORIZONS, SweepPlan, plan_sweep
 from durability.widgets._parts import button, guarded, message, show, table
+from durability.widgets.erase import EraseControls
 from durability.widgets.restore import RestorePanel
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class StoreExplorer:
     after it. Attributes: ``page`` (the ids shown), ``record`` (the picked thread's
     :class:`~durability.model.ThreadRecord`), ``frame`` (its ``frames.checkpoints`` with
     states), ``state_value`` (the state of the checkpoint picked in ``.checkpoint``, default the
-    latest).
+    latest). ``erasing`` erases the picked thread after a preview and a confirmation.
     """
 
     def __init__(self, store: Store) -> None:
@@ -95,10 +96,13 @@ class StoreExplorer:
         self.next_page.on_click(lambda _: self.find(after=self.page[-1] if self.page else None))
         self.thread.observe(lambda _: self._load_thread(), names="value")
         self.checkpoint.observe(lambda _: self._load_state(), names="value")
+        #: The Erase button and its confirmation (``.erasing.erase``, ``.confirm``, ``.cancel``).
+        self.erasing = EraseControls(store, lambda: self.thread.value, self.find)
         self.widget = w.VBox(
             [
                 w.HBox([self.search, self.thread, self.next_page]),
                 self.summary,
+                self.erasing.widget,
                 w.HTML("<b>History</b> (write order)"),
                 self.history,
                 self.checkpoint,
