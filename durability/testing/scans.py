@@ -1,8 +1,10 @@
-"""The scans' checks: the thread search a picker pages through."""
+"""The scans' checks: the thread search a picker pages through, counts per time bucket."""
 
 from __future__ import annotations
 
-from durability.clock import FrozenClock
+from datetime import timedelta
+
+from durability.clock import FrozenClock, to_micros
 from durability.errors import InvalidIdError
 from durability.testing.suite import START, StoreTarget, check, raises, sample
 
@@ -24,3 +26,27 @@ def check_find_threads(target: StoreTarget) -> None:
         assert find("") == sorted(ids)
         assert find("zzz") == []
         raises(InvalidIdError, lambda: find("order", limit=0))
+
+
+@check
+def check_checkpoint_buckets(target: StoreTarget) -> None:
+    """Checkpoints and bytes per time bucket, counted by the store, oldest bucket first."""
+    clock = FrozenClock(START)
+    with target.open(clock=clock) as store:
+        written = []
+        for n, hours in enumerate((0, 1, 23, 24, 49)):
+            clock.set(START + timedelta(hours=hours))
+            written.append(store.put(sample(f"t-bucket-{n % 2}", n)))
+        day = 86_400_000_000
+        buckets = store.scans.checkpoint_buckets(timedelta(days=1))
+        first = to_micros(START) // day * day
+        by_day: dict[int, list[int]] = {}
+        for cp in written:
+            assert cp.created_at is not None
+            at = to_micros(cp.created_at) // day * day
+            by_day.setdefault(at, []).append(cp.size_bytes or 0)
+        assert buckets["bucket"] == sorted(by_day)
+        assert buckets["bucket"][0] == first
+        assert buckets["checkpoints"] == [len(by_day[b]) for b in sorted(by_day)]
+        assert buckets["size_bytes"] == [sum(by_day[b]) for b in sorted(by_day)]
+        raises(InvalidIdError, lambda: store.scans.checkpoint_buckets(timedelta(0)))

@@ -86,6 +86,21 @@ class SQLScans(Scans):
     # ------------------------------------------------------------------ analysis reads
 
     @reconnecting
+    def _checkpoint_buckets(self, step: int) -> Columns:
+        db = self.store.db
+        query = (
+            f"SELECT (created_at / {db.mark}) * {db.mark} AS b, COUNT(*), SUM(size_bytes) "  # noqa: S608
+            f"FROM {self.store.sql.table} GROUP BY b ORDER BY b"
+        )
+        with db.one("count checkpoints per bucket") as conn:
+            rows = conn.exec_driver_sql(query, (step, step)).all()
+        return {
+            "bucket": [int(r[0]) for r in rows],
+            "checkpoints": [int(r[1]) for r in rows],
+            "size_bytes": [int(r[2] or 0) for r in rows],
+        }
+
+    @reconnecting
     def _find_threads(self, prefix: str, after: str | None, limit: int) -> list[str]:
         # A range on the ledger's thread id index (code point order: SQLite's binary order,
         # Postgres's "C" collation); a store with no ledger rows reads its checkpoints' ids.
