@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from durability.model import STEP_FORK_ORIGIN, Checkpoint
@@ -72,6 +73,47 @@ def _broken_chain(rows: list[tuple[str, str, str | None, str | None]]) -> list[O
             broken.append((ns, cid, parent))
         seen.add(ns)
     return broken
+
+
+def ledger_threads(store: Store, which: str, before: datetime | None = None) -> list[str]:
+    """Ids of ledger threads: ``empty`` (a ledger record, no checkpoint), ``leased`` (a lease
+    recorded) or ``due`` (marked finished, due at or before ``before``)."""
+    if store.provider in SQL_PROVIDERS:
+        return _sql_ledger_threads(store, which, before)
+    import numpy as np
+
+    columns = store.scans.sweep_columns().columns
+    if which == "empty":
+        mask = columns["checkpoints"] == 0
+    elif which == "leased":
+        mask = ~np.isnat(columns["lease_expires_at"])
+    else:
+        assert before is not None
+        due = columns["due_at"]
+        mask = ~np.isnat(due) & (
+            due <= np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
+        )
+    return [str(t) for t in columns["thread_id"][mask]]
+
+
+def holding(store: Store, thread_ids: list[str]) -> set[str]:
+    """Which of these threads hold a checkpoint."""
+    return {t for t in thread_ids if store.has_thread(t)}
+
+
+def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> list[str]:
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import checkpoints, micros, threads
+
+    t, c = threads.c, checkpoints.c
+    clause = {
+        "empty": ~sa.exists().where(c.tkey == t.tkey),
+        "leased": t.lease_holder.isnot(None),
+        "due": t.due_at <= (micros(before) or 0),
+    }[which]
+    with store.db.read("find ledger records to check") as conn:  # type: ignore[attr-defined]
+        return [row[0] for row in conn.execute(sa.select(t.thread_id).where(clause))]
 
 
 # ---------------------------------------------------------------------------- memory
