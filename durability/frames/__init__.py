@@ -70,6 +70,7 @@ from durability.frames.store import (
     parks,
     retention,
     threads,
+    write_times,
 )
 
 __all__ = [
@@ -88,4 +89,5 @@ __all__ = [
     "retention",
     "runs",
     "threads",
+    "write_times",
 ]
