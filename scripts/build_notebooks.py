@@ -498,7 +498,8 @@ else:
         "`durability plane serve --db URL`, make a key with `durability plane keys create`, "
         "put it in the environment variable named by api_key_env and set plane_url here."
     )
-print(f"this store holds {len(list(store.iter_threads()))} threads")
+written = frames.activity(store, "1D")  # counted in the store: one row per day, not per checkpoint
+print(f"this store holds {int(written.checkpoints.sum()):,} checkpoints written on {len(written)} days")
 """),
     md("""
 ## What the plane has that this store lacks
