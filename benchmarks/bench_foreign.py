@@ -48,6 +48,7 @@ from durability.settings import Settings
 HEADING = "## Foreign stores: sweep, thin and copy (issue 21)"
 CHECKPOINTS = 5
 SETTINGS = Settings(waiting_retention=timedelta(days=30))
+BATCH = [2_000]
 LATER = datetime.now(UTC) + timedelta(days=60)
 PG_TABLES = ("checkpoint_migrations", "checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -173,7 +174,7 @@ def durability_sweep(url: str) -> dict[str, float]:
 
     with durability.open(url, settings=SETTINGS) as store:
         plan_s, plan = timed(lambda: plan_sweep(store, now=LATER))
-        sweep_s, result = timed(lambda: sweep(store, now=LATER, batch_size=2000))
+        sweep_s, result = timed(lambda: sweep(store, now=LATER, batch_size=BATCH[0]))
     threads = len(result.deleted_ids())
     assert threads == len(plan.deletes()), (threads, len(plan.deletes()))
     return {"plan_s": plan_s, "sweep_s": sweep_s, "threads": threads, "rounds": result.rounds}
@@ -204,6 +205,40 @@ def sweep_pg(args: argparse.Namespace) -> dict[str, Any]:
             with pg_saver(url, s) as saver:
                 secs, _ = timed(lambda: saver.prune(ids, strategy="delete"))
             out["prune_delete"] = {"threads": len(ids), "s": secs}
+        finally:
+            pg_drop(url, s)
+    finally:
+        pg_drop(url, template)
+    return out
+
+
+def thin_pg(args: argparse.Namespace) -> dict[str, Any]:
+    """Thinning every thread to its latest checkpoint beside prune(ids, "keep_latest")."""
+    from durability.sweep.thin import plan_thin, thin
+
+    url, copies = args.pg_url, args.threads // args.template
+    template = pg_template(url, args.template)
+    out: dict[str, Any] = {"threads": copies * args.template}
+    try:
+        s = pg_clone(url, template, copies)
+        try:
+            store_url = f"langgraph+{url}?schema={s}&writable=true"
+            with durability.open(store_url, settings=SETTINGS) as store:
+                plan_s, _ = timed(lambda: plan_thin(store, keep_latest=1))
+                thin_s, result = timed(lambda: thin(store, keep_latest=1))
+            out["durability"] = {
+                "plan_s": plan_s,
+                "thin_s": thin_s,
+                "dropped": result.checkpoints,
+            }
+        finally:
+            pg_drop(url, s)
+        s = pg_clone(url, template, copies)
+        try:
+            ids = pg_ids(url, s)
+            with pg_saver(url, s) as saver:
+                secs, _ = timed(lambda: saver.prune(ids, strategy="keep_latest"))
+            out["prune_keep_latest"] = {"threads": len(ids), "s": secs}
         finally:
             pg_drop(url, s)
     finally:
@@ -297,6 +332,91 @@ def copy_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"checkpoints": result.checkpoints, "s": secs, "per_s": result.checkpoints / secs}
 
 
+# ---------------------------------------------------------------------------- report
+
+
+def _rate(n: float, s: float) -> str:
+    return f"{n / s:,.0f}"
+
+
+def report(r: dict[str, Any]) -> str:
+    """The RESULTS.md section for these figures."""
+    lines = [
+        HEADING,
+        "",
+        f"`python benchmarks/bench_foreign.py {' '.join(r.get('command', []))}` — {r['date']}, "
+        f"Python {r['python']}, SQLite {r['sqlite']}, langgraph-checkpoint "
+        f"{r['langgraph-checkpoint']} (-sqlite {r.get('langgraph-checkpoint-sqlite', '?')}, "
+        f"-postgres {r.get('langgraph-checkpoint-postgres', '?')}); 2 cores shared with other "
+        f"helpers' test runs (load average {r['load']:.1f} at the start): read the ratios. One "
+        "run per figure (no medians: the session's time allowed one).",
+        "",
+        "Data: a template of threads written by the real `PostgresSaver` / `SqliteSaver` "
+        "(`put`, `put_writes`: 5 checkpoints of ~400 B of chat state and one pending write per "
+        "thread), cloned server-side to the thread count, every thread due on the waiting "
+        "horizon. Each subject gets a fresh clone.",
+        "",
+        "| what | durability | peer | ratio | wanted | |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    pg = r.get("sweep-pg")
+    if pg:
+        d, n = pg["durability"], pg["threads"]
+        delete_s = d["sweep_s"] - d["plan_s"]
+        per = pg["delete_thread"]["threads"] / pg["delete_thread"]["s"]
+        ratio = (n / d["sweep_s"]) / per
+        lines.append(
+            f"| Postgres sweep of {n:,} threads, plan included, threads/s vs `delete_thread` "
+            f"per thread | {_rate(n, d['sweep_s'])} | {per:,.0f} | {ratio:.1f}x | >= 10x | "
+            f"{'met' if ratio >= 10 else '**missed**'} |"
+        )
+        prune = pg["prune_delete"]["s"]
+        ratio = prune / delete_s
+        lines.append(
+            f"| Postgres sweep's deletes (its plan, {d['plan_s']:.1f} s, apart) vs "
+            f'`prune(ids, "delete")`, seconds | {delete_s:.1f} | {prune:.1f} | {ratio:.2f}x | '
+            f">= 1x | {'met' if ratio >= 1 else '**missed**'} |"
+        )
+    lite = r.get("sweep-sqlite")
+    if lite:
+        d, n = lite["durability"], lite["threads"]
+        per = lite["delete_thread"]["threads"] / lite["delete_thread"]["s"]
+        ratio = (n / d["sweep_s"]) / per
+        lines.append(
+            f"| SQLite sweep of {n:,} threads, plan included, threads/s vs `delete_thread` "
+            f"per thread | {_rate(n, d['sweep_s'])} | {per:,.0f} | {ratio:.1f}x | recorded | |"
+        )
+    thin = r.get("thin-pg")
+    if thin:
+        d = thin["durability"]
+        prune = thin["prune_keep_latest"]["s"]
+        ratio = prune / d["thin_s"]
+        lines.append(
+            f"| Postgres thinning of {thin['threads']:,} threads to the latest checkpoint "
+            f'(plan included) vs `prune(ids, "keep_latest")`, seconds | {d["thin_s"]:.1f} | '
+            f"{prune:.1f} | {ratio:.2f}x | >= 1x | {'met' if ratio >= 1 else '**missed**'} |"
+        )
+    copy = r.get("copy")
+    if copy:
+        lines.append(
+            f"| copy of {copy['checkpoints']:,} checkpoints, durability SQLite → Postgres, "
+            f"checkpoints/s | {copy['per_s']:,.0f} | | | >= 20,000 | "
+            f"{'met' if copy['per_s'] >= 20_000 else '**missed**'} |"
+        )
+    lines += [
+        "",
+        "Raw figures (seconds):",
+        "",
+        "```",
+        json.dumps(
+            {k: r[k] for k in ("sweep-pg", "sweep-sqlite", "thin-pg", "copy") if k in r}, indent=1
+        ),
+        "```",
+        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -308,16 +428,35 @@ def main() -> None:
     parser.add_argument("--copy-checkpoints", type=int, default=1_000_000)
     parser.add_argument("--parts", default="sweep-pg,sweep-sqlite,copy")
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--batch", type=int, default=2_000, help="Threads per sweep batch.")
     parser.add_argument("--out", default=None, help="Write the figures as JSON here.")
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        default=None,
+        help="Write the RESULTS.md section from these JSON files (later files win per part).",
+    )
     args = parser.parse_args()
+    if args.report:
+        merged: dict[str, Any] = {}
+        for name in args.report:
+            merged.update(json.loads(Path(name).read_text()))
+        from _results import write_section
+
+        write_section(HEADING, report(merged))
+        return
     results: dict[str, Any] = {
         "date": date.today().isoformat(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "langgraph-checkpoint": version("langgraph-checkpoint"),
+        "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite"),
+        "langgraph-checkpoint-postgres": version("langgraph-checkpoint-postgres"),
+        "command": sys.argv[1:],
         "load": os.getloadavg()[0],
         "args": vars(args),
     }
+    BATCH[0] = args.batch
     with tempfile.TemporaryDirectory(prefix="fbench-") as tmp:
         work = Path(tmp)
         for part in args.parts.split(","):
@@ -326,6 +465,8 @@ def main() -> None:
                 results[part] = sweep_pg(args)
             elif part == "sweep-sqlite":
                 results[part] = sweep_sqlite(args, work)
+            elif part == "thin-pg":
+                results[part] = thin_pg(args)
             elif part == "copy":
                 results[part] = copy_bench(args, work)
             print(f"{part}: {time.perf_counter() - started:.0f}s", file=sys.stderr)

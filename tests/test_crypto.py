@@ -179,3 +179,53 @@ def test_store_reencrypt_cli_plans_then_applies_without_showing_keys(tmp_path, m
         assert base64.b64encode(K2).decode() not in out
     with durability.open(url, keyring=Keyring({"k2": K2})) as store:
         assert sorted(c.state["n"] for t in ("t0", "t1") for c in store.history(t)) == [0, 1, 2, 3]
+
+
+def test_coverage_view_frames_chart_and_cli(tmp_path, monkeypatch) -> None:
+    """The encryption view counts rows per key id with its status, the frames gain `encrypted`
+    and `key_id`, the chart draws, and `durability store encryption --json` says the same,
+    all without a key (a keyless handle reads the headers)."""
+    import durability
+    from durability import frames, plots
+    from durability.model import Checkpoint
+
+    url = f"sqlite:///{tmp_path / 'cover.db'}"
+    with durability.open(url, keyring=Keyring({"k1": K1})) as store:
+        store.put(Checkpoint(thread_id="a", state={"n": 1}))
+        store.put(Checkpoint(thread_id="b", state={"n": 2}))
+    with durability.open(url) as keyless:
+        keyless.put(Checkpoint(thread_id="b", state={"n": 3}))
+    with durability.open(url, keyring=Keyring({"k2": K2, "k1": K1})) as store:
+        view = frames.encryption(store)
+        assert list(view.columns) == list(frames.COLUMNS["encryption"])
+        assert [
+            (k, s, n)
+            for k, s, n in zip(
+                view["key_id"].fillna("-"), view["status"], view["rows"], strict=True
+            )
+        ] == [
+            ("k1", "older", 2),
+            ("-", "clear", 1),
+        ]
+        assert round(view.attrs["percent_encrypted"], 1) == 66.7
+        cps = frames.checkpoints(store, encryption=True)
+        assert cps["encrypted"].tolist() == [True, True, False]
+        assert cps["key_id"].tolist()[:2] == ["k1", "k1"]
+        threads = frames.threads(store, encryption=True).set_index("thread_id")
+        assert threads.loc["a", "encrypted"]
+        assert not threads.loc["b", "encrypted"]
+        assert threads.loc["a", "key_id"] == "k1"
+        figure = plots.encryption(view)
+        assert "66.7 % of rows encrypted" in figure.texts[0].get_text()
+    monkeypatch.setenv("DURABILITY_ENCRYPTION_KEYS", f"{line('k1', K1)}")
+    result = CliRunner().invoke(cli, ["store", "encryption", url, "--json"])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    assert (data["rows"], data["encrypted_rows"], data["clear_rows"]) == (3, 2, 1)
+    assert data["by_key"][0] == {
+        "key_id": "k1",
+        "status": "current",
+        "rows": 2,
+        "bytes": data["by_key"][0]["bytes"],
+    }
+    assert base64.b64encode(K1).decode() not in result.output

@@ -29,7 +29,6 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -83,18 +82,27 @@ _TARGET_SECONDS = 0.2
 _UUID_EPOCH_100NS = 0x01B21DD213814000
 
 
-def id_time(checkpoint_id: str) -> datetime | None:
-    """The creation time a UUIDv6 checkpoint id holds (LangGraph's ids), else ``None``."""
+def id_micros(checkpoint_id: str) -> int | None:
+    """The creation time a UUIDv6 checkpoint id holds (LangGraph's ids), in microseconds since
+    the epoch, else ``None``. Read from the hex digits directly (``uuid.UUID`` cost several
+    times more over 100,000 threads)."""
+    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6" or checkpoint_id[8] != "-":
+        return None
     try:
-        u = uuid.UUID(checkpoint_id)
-    except (ValueError, TypeError, AttributeError):
+        high = int(checkpoint_id[:8] + checkpoint_id[9:13], 16)
+        low = int(checkpoint_id[15:18], 16)
+    except ValueError:
         return None
-    if u.version != 6:
-        return None
-    value = u.int
-    stamp = (((value >> 80) & 0xFFFFFFFFFFFF) << 12) | ((value >> 64) & 0x0FFF)
-    micros_since = (stamp - _UUID_EPOCH_100NS) // 10
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros_since)
+    return (((high << 12) | low) - _UUID_EPOCH_100NS) // 10
+
+
+def id_time(checkpoint_id: str) -> datetime | None:
+    """:func:`id_micros` as an aware datetime."""
+    found = id_micros(checkpoint_id)
+    return None if found is None else _EPOCH + timedelta(microseconds=found)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------------------- schema check
@@ -284,7 +292,11 @@ class LangGraphScans(Scans):
         for t in ids:
             total, r = totals.get(t), ledger.get(t)
             count, size, newest = (0, 0, None) if total is None else total
-            newest_us = micros(self._newest(t, newest)) if total is not None else None
+            newest_us = None
+            if total is not None:
+                newest_us = id_micros(newest) if newest else None
+                if newest_us is None:
+                    newest_us = micros(self._newest(t, newest))
             if r is None:
                 values.append((count, size, newest_us, None, None, None, None, None, None))
                 continue
@@ -360,12 +372,13 @@ class LangGraphScans(Scans):
     # ------------------------------------------------------------------ deletes
 
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        self._writable("delete threads")
+        side = self._writable("delete threads")
         found: dict[str, Deleted] = {}
         for chunk in self._chunks(thread_ids):
             found.update(chunk)
         for t in thread_ids:
             found.setdefault(t, Deleted())
+        side.delete_threads(thread_ids)  # their ledger records (the sidecar holds no rows)
         return found
 
     def _chunks(self, thread_ids: list[str]) -> Iterator[dict[str, Deleted]]:
