@@ -205,11 +205,11 @@ lives on) rides out such an outage.
 from durability import simulate
 from durability.settings import parse_duration
 
-checkpoints = frames.checkpoints(store)
-if len(checkpoints):
+written = frames.write_times(store)  # the write times alone: what the replay needs
+if len(written):
     length = parse_duration(outage_length)
-    outage_start = checkpoints.created_at.max().to_pydatetime() - 2 * length
-    outage = simulate.outage_backlog(checkpoints, outage_start, length, drain_rate)
+    outage_start = written.created_at.max().to_pydatetime() - 2 * length
+    outage = simulate.outage_backlog(written, outage_start, length, drain_rate)
     print(simulate.describe_outage(outage))
     bundle.chart(plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"), "outage_backlog", charts)
 else:
@@ -250,6 +250,20 @@ if not problems.empty:
     display(problems.groupby(["severity", "check"], observed=True).size().rename("problems").to_frame())
     display(problems[["check", "severity", "thread_id", "rows", "detail"]].head(10))
 print("repair the safe ones with: durability doctor URL --fix")
+"""),
+    md("""
+## Encryption coverage
+
+A store opened with a keyring (`DURABILITY_ENCRYPTION_KEYS`) seals every checkpoint's state
+(see the encryption guide). This view reads only the envelopes' clear headers, so it needs no
+key: rows and bytes per key id, each *current*, *older* (retired: `durability store reencrypt`
+moves them), *missing* from the keyring, or *clear*.
+"""),
+    code("""
+coverage = frames.encryption(store)
+print(f"{coverage.attrs['percent_encrypted']:.1f} % of rows encrypted; {coverage.attrs['clear_rows']} in clear, {coverage.attrs['retired_rows']} under retired or missing keys")
+display(coverage)
+plots.encryption(coverage)
 """),
     md("""
 ## One thread, step by step
@@ -498,7 +512,8 @@ else:
         "`durability plane serve --db URL`, make a key with `durability plane keys create`, "
         "put it in the environment variable named by api_key_env and set plane_url here."
     )
-print(f"this store holds {len(list(store.iter_threads()))} threads")
+written = frames.activity(store, "1D")  # counted in the store: one row per day, not per checkpoint
+print(f"this store holds {int(written.checkpoints.sum()):,} checkpoints written on {len(written)} days")
 """),
     md("""
 ## What the plane has that this store lacks

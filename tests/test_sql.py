@@ -202,8 +202,16 @@ def test_a_store_nobody_uses_is_never_touched(tmp_path: Path) -> None:
         ("postgresql://u@h/db", {"single_worker": True}, "single_worker"),
         ("nosuch://x", {}, "unknown scheme"),
         ("memory://", {"single_worker": True}, "memory provider takes no option 'single_worker'"),
-        ("sqlite:///x.db", {"prefix": "p"}, "no option 'prefix'; its options are busy_timeout_ms"),
-        ("redis://localhost", {"schema": "s"}, "no option 'schema'; its options are client"),
+        (
+            "sqlite:///x.db",
+            {"prefix": "p"},
+            "no option 'prefix'; its options are allow_plaintext, busy_timeout_ms",
+        ),
+        (
+            "redis://localhost",
+            {"schema": "s"},
+            "no option 'schema'; its options are allow_plaintext, client",
+        ),
         ("not a url", {}, "give a URL"),
     ],
 )

@@ -239,3 +239,31 @@ def _show_plan(plan: dict[str, Any], as_json: bool) -> None:
         click.echo(
             f"would cross the plane's {plan['cap_bytes']}-byte cap: {len(plan['over_cap'])} rows"
         )
+
+
+@store.command("encryption")
+@url_argument
+@json_option
+def encryption(url: str, as_json: bool) -> None:
+    """Show how much of the store's checkpoint state is encrypted, and under which keys.
+
+    Rows and bytes per key id, each with its status against the keyring in
+    DURABILITY_ENCRYPTION_KEYS: current, older (listed, retired: `durability store reencrypt`
+    moves them), missing (not in the keyring) or clear. Reads the envelopes' clear headers only:
+    no key is needed, and no key is shown.
+    """
+    from durability.crypto.coverage import coverage
+
+    with friendly_errors(), open_store(url) as opened:
+        found = coverage(opened)
+    if as_json:
+        print_json(found.to_json())
+        return
+    click.echo(
+        f"{found.url}: {found.percent_encrypted:.1f} % of {found.rows} rows encrypted; "
+        f"{found.clear_rows} clear, {found.retired_rows} under retired or missing keys"
+        + ("" if found.encrypting else " (opened without a keyring)")
+    )
+    for k in found.by_key:
+        name = "(clear)" if k.key_id is None else k.key_id
+        click.echo(f"  {name:>20}  {k.status:<8} {k.rows:>10} rows {k.bytes:>14} bytes")
