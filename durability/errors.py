@@ -34,6 +34,7 @@ what to do next. Secrets (API keys, passwords in URLs) never appear in a message
     ├── ReplicationError                       talking to the control plane
     │   └── PlaneRoutingError (+RestoreError)  a thread's path did not reach the plane's handler
     ├── RestoreError
+    │   └── ErasedOnPlane                      the plane erased the thread; nothing restores it
     ├── CopyRefused                            a copy that would mix other checkpoints into a thread
     ├── RunError                               the durable runner refused or failed an operation
     │   └── RunNotResumable                    a completed run, or nothing to resume from
@@ -181,6 +182,10 @@ class ReplicationError(DurabilityError):
 
 class RestoreError(DurabilityError):
     """A restore from the plane was refused or failed."""
+
+
+class ErasedOnPlane(RestoreError):
+    """The plane erased the thread: it serves nothing of it, and nothing restores it."""
 
 
 class CopyRefused(DurabilityError):

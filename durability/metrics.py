@@ -64,6 +64,16 @@ SWEEP_RUNS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+THIN_CHECKPOINTS = Counter(
+    "durability_checkpoint_thin_checkpoints_total",
+    "Checkpoints thinning dropped (older history of threads kept resumable).",
+    registry=REGISTRY,
+)
+THIN_RUNS = Counter(
+    "durability_checkpoint_thin_runs_total",
+    "Thinning runs that completed.",
+    registry=REGISTRY,
+)
 SWEEP_LAST_SUCCESS = Gauge(
     "durability_checkpoint_sweep_last_success_timestamp_seconds",
     "Unix time of the last checkpoint sweep that succeeded.",

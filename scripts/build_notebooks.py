@@ -237,9 +237,27 @@ else:
     print("no plane_url: set it (and the key's environment variable) to compare with the plane")
 """),
     md("""
+## Is the store whole?
+
+`frames.problems` is `durability doctor` as a frame: every invariant the store relies on,
+each break with its check, severity, thread, rows and the command that fixes it. `info`
+findings are the sweep's pending work (marks past due, parks past their deadline), not breaks.
+"""),
+    code("""
+problems = frames.problems(store)
+broken = problems[problems.severity != "info"]
+print(f"{len(broken)} breaks, {len(problems) - len(broken)} notes (the sweep's pending work)")
+if not problems.empty:
+    display(problems.groupby(["severity", "check"], observed=True).size().rename("problems").to_frame())
+    display(problems[["check", "severity", "thread_id", "rows", "detail"]].head(10))
+print("repair the safe ones with: durability doctor URL --fix")
+"""),
+    md("""
 ## One thread, step by step
 
-Pick a thread to see its checkpoints in write order and the state each step saved.
+Type the start of a thread id in **search** (the store answers with a page of matching ids, in
+id order; **Next page** for more — it never lists every thread of a large store), pick one, and
+see its checkpoints in write order and the state each step saved.
 """),
     code("""
 from durability.widgets import StoreExplorer

@@ -167,19 +167,21 @@ def test_a_copy_killed_midway_finishes_when_run_again(
         durability.open(pg_url) as dst,
     ):
         _thread(src, "order")
-        real = dst._insert
+        import durability.transfer as transfer
+
+        real = transfer._put_checkpoints
         calls = {"n": 0}
 
-        def dies(rows: Any, *, synced: bool) -> list[int]:
+        def dies(store: Any, chunk: Any, target: str) -> None:
             calls["n"] += 1
-            if calls["n"] == 2:
+            if calls["n"] == 2:  # killed before the second chunk's transaction
                 raise KeyboardInterrupt("killed")
-            return real(rows, synced=synced)
+            real(store, chunk, target)
 
-        monkeypatch.setattr(dst, "_insert", dies)
+        monkeypatch.setattr(transfer, "_put_checkpoints", dies)
         with pytest.raises(KeyboardInterrupt):
             durability.copy(src, dst, chunk_size=3)
-        monkeypatch.setattr(dst, "_insert", real)
+        monkeypatch.setattr(transfer, "_put_checkpoints", real)
         (row,) = plan_copy(src, dst).rows
         assert (row.action, row.present) == ("resume", 3)
         durability.copy(src, dst, chunk_size=3)

@@ -10,12 +10,15 @@ backend (a Redis index entry removed).
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 import durability
@@ -32,7 +35,8 @@ from durability.replication.wire import ids_checksum
 from durability.settings import Settings
 from durability.stores import Store
 from durability.testing import StoreTarget
-from tests.conftest import PROVIDERS, make_target
+from tests import langgraph_graph as lg
+from tests.conftest import POSTGRES_URL, PROVIDERS, make_target
 from tests.plane_support import PlaneHandle, fast_backoff
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -83,6 +87,10 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
     store.put(Checkpoint(thread_id="f"))
     store.mark_finished("f")
     expected.add(("finished_past_due", "f"))
+    if store.tombstones is not None:
+        store.put(Checkpoint(thread_id="erased"))
+        store.tombstones.bury("erased")  # a tombstone, and the rows still there
+        expected.add(("erased_thread_holds_rows", "erased"))
     if store.capabilities.can_park:
         _cp, _ = store.park(Checkpoint(thread_id="k", run_id="r2"), deadline=T0 + timedelta(days=1))
         expected.add(("park_past_deadline", "k"))
@@ -312,3 +320,56 @@ def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
             "checkpoint_ids": [],
         }
     ]
+
+
+def _orphan_langgraph_rows(saver: Any) -> None:
+    """A real graph run (whole), then writes against a checkpoint that does not exist."""
+    lg.start(saver, "graph")
+    saver.put_writes(
+        {"configurable": {"thread_id": "gone", "checkpoint_ns": "", "checkpoint_id": "ghost"}},
+        [("messages", "left behind")],
+        task_id="task-1",
+    )
+
+
+def test_a_langgraph_sqlite_store_with_orphan_writes(tmp_path: Path) -> None:
+    """A file SqliteSaver wrote: the graph's own thread is whole; the writes no checkpoint
+    references are named; --fix refuses the read-only store."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    db = tmp_path / "checkpoints.db"
+    conn = sqlite3.connect(db, check_same_thread=False)
+    _orphan_langgraph_rows(SqliteSaver(conn))
+    conn.close()
+    url = f"langgraph+sqlite:///{db}"
+    with durability.open(url) as store:
+        [problem] = diagnose(store).problems
+    assert (problem.check, problem.thread_id, problem.rows) == ("langgraph_unreferenced", "gone", 1)
+    assert problem.keys == (("write", "", "ghost", "task-1", "0"),)
+    fixed = CliRunner().invoke(cli, ["doctor", url, "--fix", "--yes"])
+    assert fixed.exit_code == 1
+    assert "read-only here" in fixed.output
+
+
+def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
+    """A schema PostgresSaver wrote: blobs and writes left when their checkpoints were deleted
+    by hand are named per thread; the whole thread reports nothing."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    for url in make_target("postgres", tmp_path):
+        schema = url.url.split("schema=")[1].split("&")[0]
+        with sa.create_engine(POSTGRES_URL).begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        dsn = f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            saver.setup()
+            lg.start(saver, "graph")
+            lg.start(saver, "deleted")
+            with saver._cursor() as cur:
+                cur.execute("DELETE FROM checkpoints WHERE thread_id = 'deleted'")
+        lg_url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+        with durability.open(lg_url) as store:
+            problems = diagnose(store).problems
+        assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
+        kinds = {key[0] for key in problems[0].keys}
+        assert kinds == {"write", "blob"}

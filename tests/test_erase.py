@@ -70,3 +70,28 @@ def test_cli_reopen_lets_the_id_back_in(tmp_path: Path) -> None:
     with durability.open(url) as store:
         store.put(Checkpoint(thread_id="customer-42"))
         assert store.thread("customer-42") is not None
+
+
+def test_explorer_erase_button_asks_then_erases(tmp_path: Path) -> None:
+    """The explorer's Erase button previews, Cancel keeps the thread, Confirm erases it."""
+    from durability.widgets import StoreExplorer
+
+    url = _store(tmp_path)
+    with durability.open(url, settings=Settings()) as store:
+        explorer = StoreExplorer(store)
+        explorer.thread.value = "customer-42"
+        controls = explorer.erasing
+        controls.erase.click()
+        assert "3 checkpoints" in controls.preview.value
+        assert controls.asking.layout.display == ""
+        controls.cancel.click()
+        assert controls.asking.layout.display == "none"
+        assert store.thread("customer-42") is not None
+        controls.erase.click()
+        controls.confirm.click()
+        assert controls.receipt is not None
+        assert controls.receipt.store["checkpoints"] == 3
+        assert controls.receipt.erased_by == "notebook"
+        assert store.thread("customer-42") is None
+        assert "customer-42" not in explorer.page
+        assert controls.receipt.tombstone in controls.status.value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -206,6 +207,26 @@ def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(
         _check_refuses_writes(store)
         assert store.latest("exec-paused").project_id  # type: ignore[union-attr]
     assert _digest(db) == before
+
+
+def test_a_fastaiagent_store_copies_into_a_durability_store(
+    fastaiagent_db: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """durability.copy from the SDK's local.db: every thread, run end and status kept, ids in order."""
+    db, _ = fastaiagent_db
+    source = tmp_path / "local.db"
+    shutil.copy(db, source)
+    dst = f"sqlite:///{tmp_path / 'copy.db'}"
+    with durability.open(f"fastaiagent+sqlite:///{source}", settings=SETTINGS) as src:
+        result = durability.copy(src, dst)
+        with durability.open(dst) as copied:
+            for record in src.iter_threads():
+                mine = copied.history(record.thread_id)
+                theirs = src.history(record.thread_id)
+                assert [(c.checkpoint_id, c.status, c.step_type, c.state) for c in mine] == [
+                    (c.checkpoint_id, c.status, c.step_type, c.state) for c in theirs
+                ]
+    assert result.checkpoints > 0
 
 
 def test_fastaiagent_sqlite_reads_beside_a_live_sdk(

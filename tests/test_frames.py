@@ -20,6 +20,7 @@ import runner_defs
 
 from durability import codec, frames
 from durability.clock import FrozenClock
+from durability.errors import ConfigError
 from durability.model import Checkpoint
 from durability.runs import RunContext, RunControl, Runner, list_runs, read_thread
 from durability.stores.base import Store
@@ -472,6 +473,20 @@ def test_backlog_counts_pending_rows_at_each_instant(fleet: Fleet) -> None:
     )
     default = frames.backlog(fleet.store, freq="1D")
     assert default["time"].iloc[0] == pd.Timestamp(T0).floor("1D")
+
+
+def test_activity_counts_checkpoints_and_bytes_per_bucket_in_the_store(fleet: Fleet) -> None:
+    """One row per hour holding a checkpoint: the rows written then and their bytes."""
+    frame = frames.activity(fleet.store, "1h")
+    assert_columns(frame, "activity")
+    rows = fleet.rows()
+    hours = pd.Series([pd.Timestamp(c.created_at).floor("1h") for c in rows])
+    sizes = pd.Series([c.size_bytes for c in rows])
+    assert frame["time"].tolist() == sorted(hours.unique())
+    assert frame["checkpoints"].tolist() == hours.value_counts().sort_index().tolist()
+    assert frame["size_bytes"].tolist() == sizes.groupby(hours).sum().sort_index().tolist()
+    with pytest.raises(ConfigError, match="width='1M' is not a fixed pandas duration"):
+        frames.activity(fleet.store, "1M")
 
 
 def test_a_release_never_changes_the_backlog_of_the_past(fleet: Fleet) -> None:

@@ -275,7 +275,7 @@ def check_migration(url: str) -> None:
     api_key, _ = legacy_plane(url)
     storage = PlaneStorage(url)
     try:
-        assert applied_migrations(storage.engine) == [1, 2]
+        assert applied_migrations(storage.engine) == [1, 2, 3]
         tenant = storage.authenticate(api_key)
         assert tenant is not None
         from durability.plane.app import Plane
@@ -298,7 +298,7 @@ def check_migration(url: str) -> None:
     finally:
         storage.close()
     reopened = PlaneStorage(url)  # recorded: nothing runs twice
-    assert applied_migrations(reopened.engine) == [1, 2]
+    assert applied_migrations(reopened.engine) == [1, 2, 3]
     reopened.close()
 
 

@@ -72,6 +72,8 @@ def test_schema_is_created_and_holds_every_table(admin: Any, schema: str) -> Non
         "durability_outbox",
         "durability_synced",
         "durability_tombstones",
+        "durability_erase_requests",
+        "durability_outbox_history",
     }
     assert tables_in(admin, schema) == expected
     with durability.open(f"{POSTGRES_URL}?schema={schema}", settings=Settings()) as same:

@@ -91,6 +91,7 @@ def test_every_key_of_a_thread_maps_to_one_slot(open_redis: Opener, admin: Any) 
         store.keys.format,
         store.keys.tombstones,
         store.keys.erasure_secret,
+        store.keys.erase_requests,
     ]
     assert len({key_slot(k.encode()) for k in globals_}) == 1
     # And nothing a write creates lives outside those keys.

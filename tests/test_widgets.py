@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +21,7 @@ from conftest import REPLICATED_DEMO_END
 from plane_support import PlaneHandle, fast_backoff
 
 import durability
-from durability import frames, plots
+from durability import Checkpoint, frames, plots
 from durability.clock import FrozenClock
 from durability.demo import DEMO_START, build_demo
 from durability.humanize import format_bytes
@@ -28,7 +29,13 @@ from durability.replication import Connection, connect, disconnect
 from durability.runs import read_thread
 from durability.settings import Settings
 from durability.stores.base import Store
-from durability.widgets import OutboxMonitor, RestorePanel, RetentionPlanner, StoreExplorer
+from durability.widgets import (
+    PICKER_PAGE,
+    OutboxMonitor,
+    RestorePanel,
+    RetentionPlanner,
+    StoreExplorer,
+)
 
 LATER = DEMO_START + timedelta(days=20)
 
@@ -144,6 +151,9 @@ def test_on_a_replicated_fleet_the_planner_chart_and_curve_agree_with_the_plan(
 def test_explorer_shows_the_picked_thread_and_checkpoint(demo: Store) -> None:
     explorer = StoreExplorer(demo)
     assert css(explorer.thread) == ["durability-explorer-thread"]
+    explorer.search.value = "conversation-"  # a search, answered by the store
+    assert explorer.page == sorted(explorer.page)
+    assert all(t.startswith("conversation-") for t in explorer.page)
     explorer.thread.value = "conversation-1"
     history = demo.history("conversation-1")
     assert explorer.frame["thread_id"].unique().tolist() == ["conversation-1"]
@@ -157,6 +167,36 @@ def test_explorer_shows_the_picked_thread_and_checkpoint(demo: Store) -> None:
     assert explorer.state_value == demo.get("conversation-1", oldest).state
     assert explorer.state_value != latest.state
     assert history  # the thread has a history to page through
+
+
+def test_the_picker_pages_through_a_million_thread_ids(tmp_path: Path) -> None:
+    """Over a store whose ledger holds 1,000,000 threads (bulk-inserted), the explorer shows a
+    page of 100 ids, the next page after it, and what a prefix search finds; never every id."""
+    path = tmp_path / "million.db"
+    with sqlite_store(path, FrozenClock(DEMO_START)) as store:
+        store.put(Checkpoint(thread_id="thread-0543210", checkpoint_id="c-1", state={"n": 1}))
+    ids = [f"thread-{n:07d}" for n in range(1_000_000)]
+    with sqlite3.connect(path) as db:  # bulk SQL: ledger rows (their keys need only be unique)
+        db.execute(
+            "WITH RECURSIVE n(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM n WHERE x < 999999) "
+            "INSERT INTO durability_threads (tkey, thread_id) "
+            "SELECT printf('%032d', x), printf('thread-%07d', x) FROM n"
+        )
+    with sqlite_store(path, FrozenClock(DEMO_START)) as store:
+        explorer = StoreExplorer(store)
+        assert explorer.page == ids[:PICKER_PAGE]
+        assert list(explorer.thread.options) == ids[:PICKER_PAGE]
+        explorer.next_page.click()
+        assert explorer.page == ids[PICKER_PAGE : 2 * PICKER_PAGE]
+        explorer.search.value = "thread-05432"
+        assert explorer.page == ids[543200:543300]
+        explorer.search.value = "thread-0543210"
+        assert explorer.page == ["thread-0543210"]
+        assert explorer.thread.value == "thread-0543210"
+        assert explorer.frame["checkpoint_id"].tolist() == ["c-1"]
+        explorer.search.value = "thread-2"
+        assert explorer.page == []
+        assert "no thread id starts with that" in explorer.summary.value
 
 
 # ---------------------------------------------------------------------------- outbox monitor

@@ -10,11 +10,15 @@ from durability.cli._common import (
     friendly_errors,
     json_option,
     open_store,
+    plane_key,
+    plane_options,
     print_json,
     url_argument,
 )
 from durability.humanize import format_bytes
-from durability.stores.erasure import ErasurePlan, ErasureReceipt, apply_erasure, plan_erasure
+from durability.replication.client import PlaneClient
+from durability.replication.erasure import erase_thread as erase_everywhere
+from durability.stores.erasure import ErasurePlan, ErasureReceipt, plan_erasure
 
 
 @click.command("erase")
@@ -22,14 +26,27 @@ from durability.stores.erasure import ErasurePlan, ErasureReceipt, apply_erasure
 @click.argument("thread_id")
 @click.option("--by", default="", help="Who asked for the erasure (kept in the tombstone).")
 @click.option("--yes", is_flag=True, help="Erase without asking (otherwise: preview, then ask).")
+@plane_options(required=False)
 @json_option
-def erase_thread(url: str, thread_id: str, by: str, yes: bool, as_json: bool) -> None:
+def erase_thread(
+    url: str,
+    thread_id: str,
+    by: str,
+    yes: bool,
+    plane_url: str | None,
+    api_key_env: str,
+    project: str,
+    as_json: bool,
+) -> None:
     """Erase THREAD from the store at URL: every checkpoint, pending write, ledger record, park,
     lease and outbox row (pending and quarantined rows are dropped, never sent), and a tombstone
-    that refuses every later write to it. Prints the receipt.
+    that refuses every later write to it; then ask the plane to erase its copy. Prints the receipt.
 
-    Without --yes it previews what would go and asks (with --json: previews only).
-    Erasing an erased thread removes nothing more and says so.
+    The plane is --plane (or DURABILITY_PLANE_URL) with the key in DURABILITY_PLANE_API_KEY (a
+    key created with --can-erase), plus every plane the store replicates to. A plane that does
+    not answer gets the request later, from the drain; one without the erase route keeps its
+    copy, and the receipt says so. Without --yes it previews what would go and asks (with
+    --json: previews only). Erasing an erased thread removes nothing more and says so.
     """
     with friendly_errors(), open_store(url) as store:
         plan = plan_erasure(store, thread_id)
@@ -39,7 +56,13 @@ def erase_thread(url: str, thread_id: str, by: str, yes: bool, as_json: bool) ->
                 return
             _echo_plan(plan)
             click.confirm(f"Erase thread {thread_id!r} from {store!r}?", abort=True)
-        receipt = apply_erasure(store, plan, by=by)
+        if plane_url is None:
+            receipt = erase_everywhere(store, thread_id, by=by)
+        else:
+            with PlaneClient(plane_url, plane_key(api_key_env)) as client:
+                receipt = erase_everywhere(
+                    store, thread_id, by=by, client=client, project_id=project
+                )
     if as_json:
         print_json(receipt.to_dict())
     else:
@@ -114,6 +137,10 @@ def _echo_receipt(receipt: ErasureReceipt) -> None:
         f"pending and {len(o['quarantined_dropped'])} quarantined dropped (never sent)"
     )
     click.echo(f"plane: {receipt.plane.get('status')}")
+    for project, detail in receipt.plane.get("projects", {}).items():
+        click.echo(
+            f"  project {project or '(default)'} at {detail.get('target')}: {detail['status']}"
+        )
     click.echo("not reachable from here:")
     for what in receipt.unreachable:
         click.echo(f"  - {what}")

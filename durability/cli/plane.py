@@ -85,14 +85,23 @@ def keys() -> None:
 @click.option(
     "--entitled", is_flag=True, help="Also grant the domain the connected_state_plane entitlement."
 )
+@click.option(
+    "--can-erase",
+    is_flag=True,
+    help="Let the key erase executions of its project (durability threads erase --plane).",
+)
 @json_option
-def create_key(db_url: str, domain: str, project: str, entitled: bool, as_json: bool) -> None:
+def create_key(
+    db_url: str, domain: str, project: str, entitled: bool, can_erase: bool, as_json: bool
+) -> None:
     """Create a key and print it once (only its hash is stored; it cannot be shown again)."""
     from durability.plane import PlaneStorage
 
     with friendly_errors():
         storage = PlaneStorage(db_url)
-        made = storage.create_key(domain, project, entitled=True if entitled else None)
+        made = storage.create_key(
+            domain, project, entitled=True if entitled else None, can_erase=can_erase
+        )
         storage.close()
     if as_json:
         print_json(
@@ -102,6 +111,7 @@ def create_key(db_url: str, domain: str, project: str, entitled: bool, as_json: 
                 "domain": domain,
                 "project": project,
                 "entitled": entitled,
+                "can_erase": can_erase,
             }
         )
         return

@@ -1,4 +1,4 @@
-"""``durability store reset`` and ``durability store reencrypt``."""
+"""``durability store reset|thin|compact|reencrypt``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,83 @@ def reset(url: str, yes: bool, as_json: bool) -> None:
         print_json({"url": repr(opened), "format_generation": FORMAT_GENERATION})
     else:
         click.echo(f"reset {opened!r}: empty, format generation {FORMAT_GENERATION}")
+
+
+@store.command("thin")
+@url_argument
+@click.option("--keep-latest", type=int, default=None, help="Keep this many per namespace.")
+@click.option("--newer-than", default=None, help="Keep checkpoints from this date on (ISO).")
+@click.option("--due-only", is_flag=True, help="Only threads the sweep would delete now.")
+@click.option("--dry-run", is_flag=True, help="Show the plan; drop nothing.")
+@click.option("--yes", is_flag=True, help="Do not ask before dropping.")
+@json_option
+def thin_store(
+    url: str,
+    keep_latest: int | None,
+    newer_than: str | None,
+    due_only: bool,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Drop threads' older checkpoints, keeping each resumable (keep the latest N, or newer).
+
+    What a resume needs is never dropped (each namespace's newest checkpoint, the step before a
+    run end, a park, rows the plane lacks); threads with LangGraph delta channels are refused.
+    --due-only thins instead of deleting the threads the sweep would delete. A LangGraph store
+    needs ?writable=true. The space becomes reusable; `durability store compact` gives it back.
+    """
+    from durability.clock import parse_aware
+    from durability.sweep.thin import plan_thin, thin
+
+    since = None
+    if newer_than is not None:
+        since = parse_aware(newer_than if "T" in newer_than else f"{newer_than}T00:00:00+00:00")
+        if since is None:
+            raise click.BadParameter(f"{newer_than!r} is not a date; write it like 2026-03-01")
+    options = {"keep_latest": keep_latest, "newer_than": since, "due_only": due_only}
+    with friendly_errors(), open_store(url) as opened:
+        plan = plan_thin(opened, **options)  # type: ignore[arg-type]
+        summary = plan.summary()
+        if dry_run or not as_json:
+            _show_thin(summary, as_json and dry_run)
+        if dry_run:
+            return
+        if not yes and not as_json:
+            click.confirm(f"Drop {summary['checkpoints']} checkpoints?", abort=True)
+        result = thin(opened, **options)  # type: ignore[arg-type]
+    if as_json:
+        print_json({"dry_run": False, **result.to_dict()})
+    else:
+        click.echo(f"dropped {result.checkpoints} checkpoints from {len(result.removed)} threads")
+
+
+def _show_thin(summary: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print_json({"dry_run": True, **summary})
+        return
+    click.echo(
+        f"thinning drops {summary['checkpoints']} checkpoints ({summary['size_bytes']} bytes); "
+        f"threads: {summary['counts']}"
+    )
+
+
+@store.command("compact")
+@url_argument
+@json_option
+def compact_store(url: str, as_json: bool) -> None:
+    """Give the disk back after deletes: SQLite VACUUM (needs exclusive access: stop the
+    writers first), Postgres VACUUM (ANALYZE) online (VACUUM FULL is left to you: it locks)."""
+    from dataclasses import asdict
+
+    from durability.stores.compact import compact
+
+    with friendly_errors(), open_store(url) as opened:
+        done = compact(opened)
+    if as_json:
+        print_json(asdict(done))
+    else:
+        click.echo(f"compacted {done.url}: {done.before} -> {done.after} bytes; {done.note}")
 
 
 @store.command("reencrypt")

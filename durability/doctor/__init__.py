@@ -15,7 +15,9 @@ check                              severity   what it finds
 ``park_without_thread``            error      a pending park on a thread with no checkpoint
 ``park_past_deadline``             info       a pending park whose deadline passed
 ``lease_of_ended_run``             warning    a lease recorded for a run that ended
+``erased_thread_holds_rows``       error      an erased (tombstoned) thread still holding rows
 ``finished_past_due``              info       a finished mark long past due (no sweep ran)
+``replica_short``                  error      with a plane: rows marked synced it lacks
 ``redis_index_mismatch``           warning    a Redis cross-slot index that disagrees with keys
 ``langgraph_unreferenced``         warning    LangGraph writes or blobs no checkpoint references
 =================================  =========  ================================================

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from durability._util import redact_url
-from durability.doctor import backend, ledger, replica, rows
+from durability.doctor import backend, erasure, ledger, replica, rows
 from durability.doctor.model import SEVERITIES, Check, Context, Diagnosis, Problem
 from durability.errors import CheckpointStoreFormatError
 from durability.stores.base import FORMAT_GENERATION
@@ -18,7 +18,13 @@ if TYPE_CHECKING:
 #: Every check, in the order the doctor runs them (the format generation comes first, alone).
 #: The backend checks run first: reading threads makes a Redis store drop index entries their
 #: threads do not support, which would hide them.
-CHECKS: tuple[Check, ...] = (*backend.CHECKS, *rows.CHECKS, *ledger.CHECKS, *replica.CHECKS)
+CHECKS: tuple[Check, ...] = (
+    *backend.CHECKS,
+    *rows.CHECKS,
+    *ledger.CHECKS,
+    *erasure.CHECKS,
+    *replica.CHECKS,
+)
 
 #: A run's ledger entry younger than this is a run starting (the runner's default lease TTL).
 DEFAULT_GRACE = timedelta(seconds=30)

@@ -14,14 +14,22 @@ from durability.stores.rows import Select
 Finding = tuple[str | None, list[Any], str]
 
 
-def _records(ctx: Context, *, empty: bool | None = None) -> Iterator[ThreadRecord]:
-    """The store's thread records (``empty``: only those holding no checkpoint, or only those
-    holding some), built from the shared sweep read only where asked."""
-    columns = ctx.threads
-    counts = columns.columns["checkpoints"]
-    for i in range(len(columns)):
-        if empty is None or bool(counts[i] == 0) == empty:
-            yield columns.record(i)
+def _records(ctx: Context, *, empty: bool) -> Iterator[ThreadRecord]:
+    """The records of the threads holding no checkpoint (``empty``) or some, built from the
+    shared sweep read only for the rows asked for."""
+    import numpy as np
+
+    counts = ctx.threads.columns["checkpoints"]
+    for i in np.flatnonzero((counts == 0) if empty else (counts != 0)):
+        yield ctx.threads.record(int(i))
+
+
+def _rows_with(ctx: Context, column: str) -> Iterator[ThreadRecord]:
+    """The records of the threads whose time ``column`` is set (a lease, a due time)."""
+    import numpy as np
+
+    for i in np.flatnonzero(~np.isnat(ctx.threads.columns[column])):
+        yield ctx.threads.record(int(i))
 
 
 def intended_without_rows(record: ThreadRecord, ctx: Context) -> str | None:
@@ -59,7 +67,8 @@ def _ledger_orphans(ctx: Context) -> Iterator[Finding]:
 
 def _park_orphans(ctx: Context) -> Iterator[Finding]:
     assert ctx.store.parks is not None
-    held = {r.thread_id for r in _records(ctx, empty=False)}
+    ids, counts = ctx.threads.columns["thread_id"], ctx.threads.columns["checkpoints"]
+    held = set(ids[counts != 0])
     for park in ctx.store.parks.pending():
         if park.thread_id not in held:
             yield (
@@ -83,11 +92,7 @@ def _parks_overdue(ctx: Context) -> Iterator[Finding]:
 
 
 def _ended_leases(ctx: Context) -> Iterator[Finding]:
-    leased = ctx.threads.columns["lease_expires_at"]
-    for i in range(len(ctx.threads)):
-        if str(leased[i]) == "NaT":
-            continue
-        record = ctx.threads.record(i)
+    for record in _rows_with(ctx, "lease_expires_at"):
         lease = record.lease
         if lease is None or not lease.run_id:
             continue
@@ -103,12 +108,8 @@ def _ended_leases(ctx: Context) -> Iterator[Finding]:
 
 
 def _finished_overdue(ctx: Context) -> Iterator[Finding]:
-    due = ctx.threads.columns["due_at"]
     horizon = ctx.now - ctx.overdue
-    for i in range(len(ctx.threads)):
-        if str(due[i]) == "NaT":
-            continue
-        record = ctx.threads.record(i)
+    for record in _rows_with(ctx, "due_at"):
         if record.due_at is None or record.due_at > horizon:
             continue
         if record.lease is not None and record.lease.live(ctx.now):

@@ -100,7 +100,7 @@ def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
     c, w = checkpoints.c, writes.c
     query = (
         sa.select(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, w.idx)
-        .where(~sa.exists().where(c.ckey == w.ckey))
+        .where(~sa.exists().where(c.tkey == w.tkey, c.ckey == w.ckey))
         .order_by(w.id)
     )
     found: dict[str, list[WriteKey]] = defaultdict(list)

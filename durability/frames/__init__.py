@@ -62,13 +62,22 @@ from durability.frames.columns import COLUMNS, OUTBOX_STATES, RUN_STATUSES, STAT
 from durability.frames.erasures import erasures
 from durability.frames.problems import problems
 from durability.frames.runs import plane_runs, runs
-from durability.frames.store import backlog, checkpoints, outbox, parks, retention, threads
+from durability.frames.store import (
+    activity,
+    backlog,
+    checkpoints,
+    outbox,
+    parks,
+    retention,
+    threads,
+)
 
 __all__ = [
     "COLUMNS",
     "OUTBOX_STATES",
     "RUN_STATUSES",
     "STATE_COLUMN",
+    "activity",
     "backlog",
     "checkpoints",
     "erasures",

@@ -85,6 +85,11 @@ COLUMNS: dict[str, dict[str, str]] = {
         "sync_error": "string",
         "age": SPAN,
     },
+    "activity": {
+        "time": TIME,
+        "checkpoints": "int64",
+        "size_bytes": "int64",
+    },
     "backlog": {
         "time": TIME,
         "pending": "int64",

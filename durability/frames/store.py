@@ -175,6 +175,29 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
     return in_order(frame, ["created_at", "thread_id", "seq"])
 
 
+def activity(store: Store, width: str = "1D") -> pd.DataFrame:
+    """Checkpoints written and their bytes per time bucket (``COLUMNS["activity"]``), counted
+    in the store (:meth:`~durability.stores.scans.Scans.checkpoint_buckets`): one row per
+    bucket of ``width`` (a pandas offset of fixed length: ``"1h"``, ``"1D"``) that holds a
+    checkpoint. Its size follows the time the store spans, never its row count.
+    """
+    try:
+        step = pd.Timedelta(width).to_pytimedelta()
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot build the activity frame: width={width!r} is not a fixed pandas "
+            f"duration ({exc}); use one such as '1h' or '1D'"
+        ) from exc
+    counted = store.scans.checkpoint_buckets(step)
+    return pd.DataFrame(
+        {
+            "time": times(counted["bucket"]),
+            "checkpoints": ints(counted["checkpoints"]),
+            "size_bytes": ints(counted["size_bytes"]),
+        }
+    )
+
+
 def backlog(
     store: Store,
     freq: str = "1h",

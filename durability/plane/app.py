@@ -13,9 +13,16 @@ Endpoints (every one authenticated by ``X-API-Key``, scoped to the key's domain 
 ``GET  /public/v1/checkpoints/{execution_id}/latest``      the latest item (404 when none)
 ``GET  /public/v1/checkpoints/{execution_id}``             history, paged (``limit``, ``cursor``)
 ``GET  /public/v1/runs``                                   fleet run health, paged
+``POST /public/v1/checkpoints/erase``                      erase an execution (``{"execution_id"}``):
+                                                           keys created with the erase permission
+                                                           only (403 otherwise); idempotent
 ``POST /public/v1/checkpoints/digest``                     per execution: row count and checksum of
                                                            the checkpoint ids (``ids``: the ids too)
 =========================================================  ============================================
+
+Erasure records the tombstone (a keyed hash of the execution id under the tenant's secret) before
+it deletes; afterwards ingest answers the execution's items with a per-item rejection (the rest
+of the batch lands) and the reads answer 404 with ``"erased": true``.
 
 Ingest answers 201 ``{ingested, rejected, rejections}``: an item the plane will not store (over
 a cap, a malformed field, a time it cannot read) is refused on its own, each rejection naming the
@@ -54,6 +61,7 @@ from starlette.routing import Route
 from durability._version import __version__
 from durability.asgi import BodyLimit
 from durability.errors import ConfigError
+from durability.plane.erasure import ERASED_REASON
 from durability.plane.schema import namespace_of
 from durability.plane.storage import Conflict, PlaneStorage, Row, Tenant, order_micros
 from durability.replication.wire import ROW_KEY
@@ -217,6 +225,17 @@ class Plane:
                 if self.compat:
                     return _refused(refusal.status, named, refusal.reason)
                 rejections.append({**named, "reason": refusal.reason})
+        erased = self.storage.erased(tenant, {row.execution_id for row in rows})
+        if erased:
+            for row in rows:
+                if row.execution_id in erased:
+                    named = {
+                        "checkpoint_id": row.checkpoint_id,
+                        "execution_id": row.execution_id,
+                        "namespace": row.namespace,
+                    }
+                    rejections.append({**named, "reason": ERASED_REASON})
+            rows = [row for row in rows if row.execution_id not in erased]
         stored, conflicts = self.storage.insert(tenant, rows, unique_ids=self.compat)
         if conflicts and self.compat:
             return _refused(409, _conflict_names(conflicts[0]), conflicts[0].reason)
@@ -316,6 +335,34 @@ class Plane:
             },
         )
 
+    # ------------------------------------------------------------------ erasure
+
+    async def erase(self, request: Request) -> Response:
+        """``POST …/checkpoints/erase``: tombstone an execution of the key's tenant, then drop it."""
+        tenant = self.tenant(request)
+        if tenant is None:
+            return _error(401, "invalid or revoked API key")
+        if not tenant.can_erase:
+            return _error(
+                403,
+                f"the key {tenant.key_id} may not erase; create one that may with "
+                "`durability plane keys create DOMAIN PROJECT --can-erase`",
+            )
+        body = await _object_body(request)
+        execution_id = body.get("execution_id")
+        if not isinstance(execution_id, str) or not execution_id or "\x00" in execution_id:
+            return _error(422, 'the body must be {"execution_id": "<non-empty id without NUL>"}')
+        done = self.storage.erase(tenant, execution_id)
+        return _json(
+            {
+                "execution_id": execution_id,
+                "tombstone": done.tombstone,
+                "erased_at": done.erased_at.isoformat(),
+                "removed": done.removed,
+                "already_erased": done.already_erased,
+            }
+        )
+
     # ------------------------------------------------------------------ reads
 
     async def checkpoints(self, request: Request) -> Response:
@@ -334,7 +381,7 @@ class Plane:
         if len(segments) == 2 and segments[1] == "latest":
             latest = self.storage.latest(tenant, execution_id)
             if latest is None:
-                return _nothing_for(execution_id)
+                return _nothing_for(execution_id, erased=self._erased(tenant, execution_id))
             return _json(latest)
         if len(segments) != 1 or not execution_id or not self.history:
             return _error(404, "not found")
@@ -344,7 +391,12 @@ class Plane:
             )
         except ConfigError as exc:
             return _error(422, str(exc))
+        if not items and cursor is None and self._erased(tenant, execution_id):
+            return _nothing_for(execution_id, erased=True)
         return _json({"items": items, "next_cursor": cursor, "execution_id": execution_id})
+
+    def _erased(self, tenant: Tenant, execution_id: str) -> bool:
+        return bool(self.storage.erased(tenant, [execution_id]))
 
     async def digest(self, request: Request) -> Response:
         """``POST …/checkpoints/digest`` ``{"execution_ids": [...], "ids": false}``: per execution,
@@ -419,9 +471,16 @@ def _refused(status: int, named: dict[str, str], reason: str) -> Response:
     )
 
 
-def _nothing_for(execution_id: str) -> Response:
+def _nothing_for(execution_id: str, *, erased: bool = False) -> Response:
     """The plane's own "no checkpoint" answer: it echoes the execution id it looked up, which a
-    router's 404 for a path it could not match never does."""
+    router's 404 for a path it could not match never does (``erased``: it was erased here)."""
+    if erased:
+        return _error(
+            404,
+            "no checkpoint for this execution: it was erased",
+            execution_id=execution_id,
+            erased=True,
+        )
     return _error(404, "no checkpoint for this execution", execution_id=execution_id)
 
 
@@ -498,6 +557,7 @@ def create_app(
         Route("/public/v1/governance/enroll", plane.enroll, methods=["POST"]),
         Route("/public/v1/sdk/agents", plane.register_agent, methods=["POST"]),
         Route("/public/v1/checkpoints/ingest", plane.ingest, methods=["POST"]),
+        Route("/public/v1/checkpoints/erase", plane.erase, methods=["POST"]),
         Route("/public/v1/checkpoints/digest", plane.digest, methods=["POST"]),
         Route("/public/v1/checkpoints/{rest:durability_any}", plane.checkpoints, methods=["GET"]),
         Route("/public/v1/runs", plane.runs, methods=["GET"]),

@@ -10,6 +10,8 @@ made before migrations were recorded (generation 1 of the plane) has its tables 
 2. ``rows keyed per execution``: a row is keyed by (tenant, execution, namespace, checkpoint id),
    as the stores key it, no longer by (tenant, checkpoint id), under which a second thread's
    ``step-1`` was dropped; ``idkey`` keeps the id alone for a plane that keeps ids unique.
+3. ``erasure``: keys may carry the erase permission (``can_erase``, false for existing keys);
+   the tenants' erasure secrets and the tombstones of erased executions.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from durability.plane.schema import (
     metadata,
     migrations,
     namespace_of,
+    tenant_secrets,
+    tombstones,
 )
 
 #: Rows rekeyed per statement batch.
@@ -82,10 +86,23 @@ def _rekeyed(row: Any) -> dict[str, Any]:
     }
 
 
+def _erasure(conn: SAConnection) -> None:
+    """Version 3: the erase permission on keys, tenant secrets and tombstones."""
+    columns = {c["name"] for c in sa.inspect(conn).get_columns("plane_api_keys")}
+    if "can_erase" not in columns:
+        default = "0" if conn.dialect.name == "sqlite" else "FALSE"
+        conn.exec_driver_sql(
+            f"ALTER TABLE plane_api_keys ADD COLUMN can_erase BOOLEAN NOT NULL DEFAULT {default}"
+        )
+    tenant_secrets.create(conn, checkfirst=True)
+    tombstones.create(conn, checkfirst=True)
+
+
 #: The ordered migrations; the index + 1 is the version recorded in ``plane_migrations``.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base_tables),
     ("rows keyed per execution", _execution_keys),
+    ("erasure", _erasure),
 )
 
 

@@ -35,6 +35,29 @@ api_keys = sa.Table(
     sa.Column("project_id", sa.Text, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
     sa.Column("revoked_at", sa.BigInteger),
+    # Whether the key may call the erase route (migration 3 adds it, false for older keys).
+    sa.Column(
+        "can_erase", sa.Boolean(create_constraint=False), nullable=False, server_default=sa.false()
+    ),
+)
+
+#: Each tenant's erasure secret, made on its first erasure (the key of its tombstones' hashes).
+tenant_secrets = sa.Table(
+    "plane_tenant_secrets",
+    metadata,
+    sa.Column("tenant", _HASH, primary_key=True),
+    sa.Column("secret", sa.String(64), nullable=False),
+)
+
+#: Erased executions: the HMAC of the execution id under the tenant's secret, when, which key.
+tombstones = sa.Table(
+    "plane_tombstones",
+    metadata,
+    sa.Column("ekey", _HASH, primary_key=True),
+    sa.Column("tenant", _HASH, nullable=False),
+    sa.Column("erased_at", sa.BigInteger, nullable=False),
+    sa.Column("erased_by", sa.String(32), nullable=False),
+    sa.Column("removed", sa.BigInteger, nullable=False),
 )
 
 agents = sa.Table(

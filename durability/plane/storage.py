@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection as SAConnection
 from durability._util import chunks, redact_url
 from durability.clock import from_micros, system_clock, to_micros
 from durability.errors import ConfigError
+from durability.plane import erasure
 from durability.plane.migrations import migrate
 from durability.plane.schema import (
     ROW_FIELDS,
@@ -62,6 +63,8 @@ class Tenant:
     project_id: str
     entitled: bool
     key_id: str
+    #: Whether the key may erase executions (``create_key(…, can_erase=True)``).
+    can_erase: bool = False
 
     @property
     def key(self) -> str:
@@ -171,9 +174,17 @@ class PlaneStorage:
     # ------------------------------------------------------------------ keys and domains
 
     def create_key(
-        self, domain_id: str, project_id: str, *, entitled: bool | None = None
+        self,
+        domain_id: str,
+        project_id: str,
+        *,
+        entitled: bool | None = None,
+        can_erase: bool = False,
     ) -> NewKey:
-        """Make an API key for (domain, project); ``entitled`` also sets the domain's entitlement."""
+        """Make an API key for (domain, project); ``entitled`` also sets the domain's entitlement.
+
+        ``can_erase`` lets the key call the erase route (the plane deletes nothing otherwise).
+        """
         for what, value in (("domain", domain_id), ("project", project_id)):
             if (
                 not isinstance(value, str)
@@ -195,6 +206,7 @@ class PlaneStorage:
                     domain_id=domain_id,
                     project_id=project_id,
                     created_at=_now(),
+                    can_erase=can_erase,
                 )
             )
             self._set_domain(conn, domain_id, entitled)
@@ -222,6 +234,7 @@ class PlaneStorage:
                 api_keys.c.domain_id,
                 api_keys.c.project_id,
                 api_keys.c.key_id,
+                api_keys.c.can_erase,
                 domains.c.connected_state_plane,
             )
             .select_from(api_keys.outerjoin(domains, domains.c.domain_id == api_keys.c.domain_id))
@@ -231,7 +244,13 @@ class PlaneStorage:
             row = conn.execute(query).first()
         if row is None:
             return None
-        return Tenant(row.domain_id, row.project_id, bool(row.connected_state_plane), row.key_id)
+        return Tenant(
+            row.domain_id,
+            row.project_id,
+            bool(row.connected_state_plane),
+            row.key_id,
+            bool(row.can_erase),
+        )
 
     def entitled_domains(self) -> list[tuple[str, bool]]:
         with self.engine.connect() as conn:
@@ -309,7 +328,22 @@ class PlaneStorage:
                 # Keys absent at the SELECT above; a concurrent plane inserting the same row
                 # meanwhile is absorbed by ON CONFLICT (and counted here, which is harmless).
                 conn.exec_driver_sql(self._insert_checkpoints, values)
+                # An erase that committed while this insert waited for its lock: its rows go.
+                late = erasure.erased_among(
+                    conn, self, tenant, {r.execution_id for r in fresh.values()}
+                )
+                if late:
+                    erasure.drop_erased(conn, tenant, late)
         return len(values), conflicts
+
+    def erased(self, tenant: Tenant, execution_ids: Iterable[str]) -> set[str]:
+        """The execution ids among these that the tenant erased."""
+        with self.engine.connect() as conn:
+            return erasure.erased_among(conn, self, tenant, execution_ids)
+
+    def erase(self, tenant: Tenant, execution_id: str) -> erasure.PlaneErasure:
+        """Tombstone the execution, then delete its rows (see :mod:`durability.plane.erasure`)."""
+        return erasure.erase(self, tenant, execution_id)
 
     def _existing(
         self, conn: SAConnection, column: str, value: str, keys: list[str]

@@ -24,6 +24,7 @@ from durability.replication.connection import (
     database_key,
     disconnect,
 )
+from durability.replication.erasure import EraseReport, erase_thread, send_erase_requests
 from durability.replication.outbox import DrainReport, PlaneLimits, drain_once, supports_outbox
 from durability.replication.status import (
     ProjectOutbox,
@@ -52,6 +53,7 @@ __all__ = [
     "Connection",
     "DrainReport",
     "DrainWorker",
+    "EraseReport",
     "HistoryPage",
     "IngestAnswer",
     "PayloadEncoder",
@@ -67,10 +69,12 @@ __all__ = [
     "disconnect",
     "drain_once",
     "draining_projects",
+    "erase_thread",
     "is_durability_item",
     "outbox_status",
     "path_segment",
     "resource_type",
+    "send_erase_requests",
     "supports_outbox",
     "was_stripped",
 ]

@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from durability._version import __version__
-from durability.errors import ConfigError, PlaneRoutingError, ReplicationError
+from durability.errors import ConfigError, ErasedOnPlane, PlaneRoutingError, ReplicationError
 from durability.replication.wire import ItemRef
 
 logger = logging.getLogger("durability.replication")
@@ -41,6 +41,7 @@ PAYLOAD_REFUSALS = frozenset({400, 409, 413, 422})
 REASON_MAX = 300
 
 INGEST_PATH = "/public/v1/checkpoints/ingest"
+ERASE_PATH = "/public/v1/checkpoints/erase"
 
 Outcome = Literal["ok", "refused", "buffered"]
 
@@ -64,6 +65,24 @@ class IngestAnswer:
     rejections: dict[ItemRef, str] = field(default_factory=dict)
     named: tuple[ItemRef, ...] = ()
     retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EraseAnswer:
+    """What one erase request came to.
+
+    * ``erased``: a 2xx; ``body`` is the plane's answer (``removed``, ``tombstone``,
+      ``erased_at``, ``already_erased``).
+    * ``no_route``: 404 or 405 on the erase path: the plane has no erase route, so its copy
+      remains (there is nothing to wait for).
+    * ``buffered``: anything else (401, 403 — a key without the erase permission —, 408, 429,
+      5xx, a transport error): the request stays queued and is sent again, as rows are.
+    """
+
+    outcome: Literal["erased", "no_route", "buffered"]
+    status: int | None
+    reason: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +334,24 @@ class PlaneClient:
             return IngestAnswer("buffered", None, f"transport error: {exc}"[:REASON_MAX])
         return classify_ingest(response, batch)
 
+    def erase(self, thread_id: str) -> EraseAnswer:
+        """``POST /public/v1/checkpoints/erase``: ask the plane to erase its copy of the thread."""
+        body = orjson.dumps({"execution_id": thread_id})
+        try:
+            response = self._send("POST", ERASE_PATH, action="erase a thread", content=body)
+        except ReplicationError as exc:
+            return EraseAnswer("buffered", None, f"transport error: {exc}"[:REASON_MAX])
+        if response.is_success:
+            answer = _json(response)
+            return EraseAnswer(
+                "erased", response.status_code, body=answer if isinstance(answer, dict) else {}
+            )
+        detail = (response.text or "").strip()[:200]
+        reason = f"HTTP {response.status_code} from {ERASE_PATH}: {detail}"[:REASON_MAX]
+        if response.status_code in (404, 405):
+            return EraseAnswer("no_route", response.status_code, reason)
+        return EraseAnswer("buffered", response.status_code, reason)
+
     def auth_check(self) -> dict[str, Any]:
         """``GET /public/v1/auth/check``: the key's domain, project, scopes and the plane's limits.
 
@@ -392,6 +429,7 @@ class PlaneClient:
             action="read the latest checkpoint from the plane",
         )
         if response.status_code == 404 and _says_nothing(response, thread_id):
+            self._refuse_erased(thread_id, response)
             return None
         if response.status_code in UNROUTED:
             raise self._unrouted(thread_id, response)
@@ -424,6 +462,7 @@ class PlaneClient:
         if response.status_code in UNROUTED - {404}:
             raise self._unrouted(thread_id, response)
         if response.status_code == 404:
+            self._refuse_erased(thread_id, response)
             return None
         body = self._checked(response, "read a thread's history")
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
@@ -480,6 +519,15 @@ class PlaneClient:
         response = self._send("GET", "/public/v1/runs", action="read run health", params=params)
         body = self._checked(response, "read run health")
         return body if isinstance(body, dict) else {}
+
+    def _refuse_erased(self, thread_id: str, response: httpx.Response) -> None:
+        """Raise :class:`ErasedOnPlane` when the plane's 404 says it erased the thread."""
+        body = _json(response)
+        if isinstance(body, dict) and body.get("erased") is True:
+            raise ErasedOnPlane(
+                f"cannot restore thread {thread_id[:80]!r} from {self.target}: the plane erased "
+                "it, and an erased thread is never restored; start a new thread instead"
+            )
 
     def _unrouted(self, thread_id: str, response: httpx.Response) -> PlaneRoutingError:
         detail = (response.text or "").strip()[:120] or "(no body)"

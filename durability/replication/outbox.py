@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from durability.model import STEP_RUN_END
 from durability.replication.client import REASON_MAX, IngestAnswer
+from durability.replication.erasure import send_erase_requests
 from durability.replication.wire import ItemRef, WireRow, to_wire
 from durability.stores.base import Store
 from durability.stores.outbox import RowKey
@@ -97,7 +98,7 @@ class PlaneLimits:
 class DrainReport:
     """What one drain pass did.
 
-    ``buffered`` counts rows left in the outbox because the plane could not take them (not
+    ``buffered`` counts rows (and erase requests) left in the outbox because the plane could not take them (not
     because of their payload); ``last_error`` is the reason of the last such answer and
     ``retry_after`` the plane's ``Retry-After``, if it sent one.
     """
@@ -105,6 +106,8 @@ class DrainReport:
     synced: int = 0
     quarantined: int = 0
     buffered: int = 0
+    #: Erase requests the plane answered in this pass (see :mod:`durability.replication.erasure`).
+    erased: int = 0
     requests: int = 0
     bytes_sent: int = 0
     last_error: str | None = None
@@ -114,6 +117,7 @@ class DrainReport:
         self.synced += other.synced
         self.quarantined += other.quarantined
         self.buffered += other.buffered
+        self.erased += other.erased
         self.requests += other.requests
         self.bytes_sent += other.bytes_sent
         self.last_error = other.last_error or self.last_error
@@ -504,12 +508,16 @@ def drain_once(conn: Connection) -> DrainReport:
         if not active:
             return DrainReport()
         conn.beat()
+        # Erasures first: a queued erase request of a thread goes before any later rows.
+        erasures = send_erase_requests(conn.store, conn.client, conn.project_id)
         with ThreadPoolExecutor(1, thread_name_prefix="durability-post") as sender:
             one = _Pass(conn, sender)
             one.run()
         report = one.report
+    report.erased = erasures.erased
+    report.buffered += erasures.queued  # a waiting erase request backs the drain off too
     if report.buffered:
-        report.last_error = conn.last_error
+        report.last_error = conn.last_error or erasures.last_error
         report.retry_after = conn.retry_after
     return report
 

@@ -454,6 +454,8 @@ def _local_checks(
     except CheckpointStoreFormatError as exc:
         warnings.append(str(exc))
         return str(exc), None
+    # An erased thread is never brought back, whatever the restore switch says for others.
+    store.refuse_erased(thread_id, "restore a thread")
     local = local_thread(store, thread_id)
     if local is not None:
         warnings.append(

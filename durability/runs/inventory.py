@@ -50,12 +50,15 @@ def locate_thread(
 
     Raises:
         RunNotResumable: neither the store nor the plane holds the thread.
+        ThreadErased: the thread was erased in this store (never restored).
+        ErasedOnPlane: the plane erased the thread (it serves nothing of it).
         RestoreError: the plane could not be read, or the restore was refused.
         LeaseHeld: another worker is restoring or running the thread.
     """
     check_id(thread_id, "thread_id", action=action)
     if store.has_thread(thread_id):
         return
+    store.refuse_erased(thread_id, action)
     _, why_not = restore_missing(store, thread_id, connection)
     if not store.has_thread(thread_id):
         raise RunNotResumable(

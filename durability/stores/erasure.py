@@ -39,6 +39,10 @@ UNREACHABLE = (
 )
 
 
+#: The plane's part of a receipt when no plane was asked.
+NOT_ASKED = "not asked: no plane is configured and the store does not replicate to one"
+
+
 @dataclass(frozen=True, slots=True)
 class ErasurePlan:
     """What erasing the thread would remove (a pure read of the store)."""
@@ -80,7 +84,7 @@ class ErasureReceipt:
     already_erased: bool
     store: dict[str, Any]
     outbox: dict[str, Any]
-    plane: dict[str, Any] = field(default_factory=lambda: {"status": "not asked"})
+    plane: dict[str, Any] = field(default_factory=lambda: {"status": NOT_ASKED})
     unreachable: tuple[str, ...] = UNREACHABLE
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,8 +189,7 @@ def apply_erasure(store: Store, plan: ErasurePlan, *, by: str = "") -> ErasureRe
             "finished_mark": plan.finished_mark,
             "live_lease": plan.live_lease,
             "park": plan.park,
-            # The deployment's per-thread encryption key, when it keeps one, is destroyed here.
-            "thread_key": "none kept",
+            "thread_key": _thread_key(store),
         },
         outbox={
             "kept": store.outbox is not None,
@@ -202,3 +205,15 @@ def apply_erasure(store: Store, plan: ErasurePlan, *, by: str = "") -> ErasureRe
         return receipt
     store.tombstones.record_receipt(plan.thread_id, receipt.to_json())
     return receipt
+
+
+def _thread_key(store: Store) -> str:
+    """What became of the thread's encryption key (the seam where a stored key is destroyed)."""
+    if store.sealer is None:
+        return "none: the store keeps state in clear"
+    # Data keys are derived per thread from the customer key and never stored (decision 0090):
+    # there is nothing to destroy; copies elsewhere stay readable until that key is retired.
+    return (
+        "derived per thread from the customer key, never stored: nothing to destroy; copies "
+        "elsewhere (backups, the plane) stay readable to a holder of that key until it is retired"
+    )

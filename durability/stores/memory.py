@@ -34,7 +34,7 @@ from durability.stores.scans import (
     thread_row,
 )
 from durability.stores.sealing import Reseal
-from durability.stores.tombstones import Tombstones, new_secret
+from durability.stores.tombstones import EraseRequest, Tombstones, new_secret
 
 
 @dataclass
@@ -61,6 +61,7 @@ class _Data:
     ledger: dict[str, _LedgerRow] = field(default_factory=dict)
     secret: str = field(default_factory=new_secret)
     tombstones: dict[str, Tombstone] = field(default_factory=dict)
+    erase_requests: dict[tuple[str, str], EraseRequest] = field(default_factory=dict)
 
 
 _ORDER = {
@@ -109,6 +110,7 @@ class MemoryStore(Store):
             d.writes.clear()
             d.ledger.clear()
             d.tombstones.clear()
+            d.erase_requests.clear()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -321,6 +323,25 @@ class MemoryTombstones(Tombstones):
             stone = self.store._data.tombstones.get(digest)
             if stone is not None:
                 self.store._data.tombstones[digest] = replace(stone, receipt=receipt)
+
+    def _put_request(self, request: EraseRequest) -> EraseRequest:
+        with self.store._data.lock:
+            key = (request.tombstone, request.project_id)
+            return self.store._data.erase_requests.setdefault(key, request)
+
+    def _requests(self) -> list[EraseRequest]:
+        with self.store._data.lock:
+            return list(self.store._data.erase_requests.values())
+
+    def _update_request(self, request: EraseRequest) -> None:
+        with self.store._data.lock:
+            key = (request.tombstone, request.project_id)
+            if key in self.store._data.erase_requests:
+                self.store._data.erase_requests[key] = request
+
+    def _drop_request(self, digest: str, project_id: str) -> None:
+        with self.store._data.lock:
+            self.store._data.erase_requests.pop((digest, project_id), None)
 
     def _count(self) -> int:
         return len(self.store._data.tombstones)

@@ -9,6 +9,7 @@ Column reads come in chunks of numpy object arrays (numpy is imported here, neve
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -116,6 +117,60 @@ class Scans(Capability):
             {name: chunk[name] for name in wanted}
             for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
         )
+
+    def checkpoint_buckets(self, width: timedelta) -> Columns:
+        """Checkpoints and their bytes per time bucket, counted in the store: ``bucket`` (the
+        bucket's start, microseconds since the epoch, a multiple of ``width``), ``checkpoints``
+        and ``size_bytes``, one entry per bucket that holds a checkpoint, oldest first.
+
+        The aggregate a chart of a production-sized store needs instead of its rows: SQL
+        answers with one ``GROUP BY``; the default (Redis, memory, foreign stores) reads the
+        write times and sizes in chunks and keeps only the per-bucket sums.
+        """
+        step = int(width.total_seconds() * 1_000_000)
+        if step < 1:
+            raise InvalidIdError(
+                f"cannot count checkpoints per bucket: width={width} must be positive"
+            )
+        self.store.ready()
+        return self._checkpoint_buckets(step)
+
+    def _checkpoint_buckets(self, step: int) -> Columns:
+        counts: dict[int, list[int]] = {}
+        for chunk in self.checkpoint_columns(columns=("created_at", "size_bytes")):
+            for at, size in zip(chunk["created_at"], chunk["size_bytes"], strict=True):
+                entry = counts.setdefault(int(at) // step * step, [0, 0])
+                entry[0] += 1
+                entry[1] += int(size)
+        keys = sorted(counts)
+        return {
+            "bucket": keys,
+            "checkpoints": [counts[k][0] for k in keys],
+            "size_bytes": [counts[k][1] for k in keys],
+        }
+
+    def find_threads(
+        self, prefix: str = "", *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """A page of a search: the thread ids starting with ``prefix`` and greater than
+        ``after``, in id order (code points), at most ``limit`` of them; never every id.
+
+        Pass the last id of a page as ``after`` for the next. A SQL store answers from an index
+        of its ledger (threads a run wrote), or, when its ledger is empty, by reading its
+        checkpoints' ids; the default walks the store's thread pages.
+        """
+        if limit < 1:
+            raise InvalidIdError(f"cannot search threads: limit={limit} must be at least 1")
+        self.store.ready()
+        return self._find_threads(prefix, after, limit)
+
+    def _find_threads(self, prefix: str, after: str | None, limit: int) -> list[str]:
+        found = (
+            r.thread_id
+            for r in self.store.iter_threads()
+            if r.thread_id.startswith(prefix) and (after is None or r.thread_id > after)
+        )
+        return heapq.nsmallest(limit, found)
 
     def thread_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.

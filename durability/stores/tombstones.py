@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from durability._util import redact_url, short
@@ -39,6 +40,22 @@ def new_secret() -> str:
 def keyed_hash(secret: bytes, thread_id: str) -> str:
     """The tombstone hash of ``thread_id`` under ``secret``: 32 hex digits of an HMAC-SHA-256."""
     return hmac.digest(secret, thread_id.encode("utf-8", "surrogatepass"), "sha256").hex()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class EraseRequest:
+    """An erasure the plane has not confirmed yet: it waits in the store like an unsent row.
+
+    It holds the thread id (the plane needs it to find its copy) until the plane answers;
+    then it is dropped and the tombstone's receipt records the answer.
+    """
+
+    thread_id: str
+    tombstone: str
+    project_id: str
+    requested_at: datetime
+    attempts: int = 0
+    last_error: str | None = None
 
 
 class Tombstones(Capability, ABC):
@@ -92,6 +109,31 @@ class Tombstones(Capability, ABC):
         """Keep ``receipt`` (JSON, without the thread id) in the thread's tombstone."""
         self._record_receipt(thread_id, self.hash_of(thread_id), receipt)
 
+    def queue_request(self, thread_id: str, project_id: str) -> EraseRequest:
+        """Keep a request to erase the thread on the plane of ``project_id`` until it is answered
+        (idempotent: a queued request keeps its first time and attempts)."""
+        check_thread(thread_id, "", "queue an erase request")
+        check_id(project_id, "project_id", action="queue an erase request", allow_empty=True)
+        digest = self.hash_of(thread_id)
+        request = EraseRequest(thread_id, digest, project_id, self.store.clock())
+        return self._put_request(request)
+
+    def requests(self, project_id: str | None = None) -> list[EraseRequest]:
+        """The erase requests still waiting (for one project), oldest first."""
+        self.store.ready()
+        found = [r for r in self._requests() if project_id is None or r.project_id == project_id]
+        return sorted(found, key=lambda r: (r.requested_at, r.tombstone))
+
+    def finish_request(self, request: EraseRequest) -> None:
+        """Drop an answered request (its thread id leaves the store with it)."""
+        self._drop_request(request.tombstone, request.project_id)
+
+    def record_request_attempt(self, request: EraseRequest, error: str) -> EraseRequest:
+        """Count one unanswered attempt with the error it met; the request stays queued."""
+        tried = replace(request, attempts=request.attempts + 1, last_error=error)
+        self._update_request(tried)
+        return tried
+
     def count(self) -> int:
         """How many tombstones the store holds."""
         self.store.ready()
@@ -142,6 +184,22 @@ class Tombstones(Capability, ABC):
     @abstractmethod
     def _record_receipt(self, thread_id: str, digest: str, receipt: str) -> None:
         """Replace the stored tombstone's receipt (a no-op without a tombstone)."""
+
+    @abstractmethod
+    def _put_request(self, request: EraseRequest) -> EraseRequest:
+        """Store the request unless one for its tombstone and project is stored; return the stored."""
+
+    @abstractmethod
+    def _requests(self) -> list[EraseRequest]:
+        """Every stored request."""
+
+    @abstractmethod
+    def _update_request(self, request: EraseRequest) -> None:
+        """Replace the stored request's attempts and last error."""
+
+    @abstractmethod
+    def _drop_request(self, digest: str, project_id: str) -> None:
+        """Remove the request (a no-op if absent)."""
 
     @abstractmethod
     def _count(self) -> int:

@@ -20,6 +20,7 @@ several claimers are exercised. The checks are grouped by what they exercise:
 ``ledger``    run starts, finished marks, leases
 ``parks``     the park rules and one-winner claims
 ``outbox``    replication state and connection records
+``scans``     the whole-store reads: the thread search a picker pages through
 ``processes`` several processes, and server connections dropped under the store
 ``tombstones`` erased threads: every later write refused, on every handle
 ``encryption`` sealed state: round-trip, row binding, fail-closed reads, rotation
@@ -29,7 +30,16 @@ several claimers are exercised. The checks are grouped by what they exercise:
 
 from __future__ import annotations
 
-from durability.testing import core, encryption, ledger, outbox, parks, processes, tombstones
+from durability.testing import (
+    core,
+    encryption,
+    ledger,
+    outbox,
+    parks,
+    processes,
+    scans,
+    tombstones,
+)
 from durability.testing.suite import (
     CHECKS,
     START,
@@ -48,7 +58,7 @@ CORE_CHECKS: list[Check] = [c for c in CHECKS if c.__module__ == core.__name__]
 #: The checks of each opt-in capability, by the attribute that holds it on a store.
 CAPABILITY_CHECKS: dict[str, list[Check]] = {
     module.__name__.rpartition(".")[2]: [c for c in CHECKS if c.__module__ == module.__name__]
-    for module in (ledger, parks, outbox, tombstones)
+    for module in (ledger, parks, outbox, scans, tombstones)
 }
 
 #: The checks of customer-held encryption (a store opened with ``keyring=``).

@@ -238,7 +238,8 @@ class LangGraphStore(ForeignStore):
             raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
         if keys is None:
             return self.scans.delete_threads([thread_id])[thread_id]
-        return delete_checkpoints(self, thread_id, keys)
+        found = delete_checkpoints(self, [(thread_id, ns, cid) for ns, cid in keys])
+        return found.get(thread_id, Deleted())
 
     def _setup(self) -> None:
         with self.read("read the LangGraph schema") as conn:

@@ -29,7 +29,6 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,7 +41,6 @@ from durability.errors import CheckpointStoreFormatError, StoreError
 from durability.model import Deleted, Lease, ThreadRecord
 from durability.settings import Retention
 from durability.stores.ledger import Ledger
-from durability.stores.rows import CheckpointKey
 from durability.stores.scans import Scans, SweepColumns, micros, span
 from durability.stores.sweep_lock import SweepLock
 
@@ -84,18 +82,27 @@ _TARGET_SECONDS = 0.2
 _UUID_EPOCH_100NS = 0x01B21DD213814000
 
 
-def id_time(checkpoint_id: str) -> datetime | None:
-    """The creation time a UUIDv6 checkpoint id holds (LangGraph's ids), else ``None``."""
+def id_micros(checkpoint_id: str) -> int | None:
+    """The creation time a UUIDv6 checkpoint id holds (LangGraph's ids), in microseconds since
+    the epoch, else ``None``. Read from the hex digits directly (``uuid.UUID`` cost several
+    times more over 100,000 threads)."""
+    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6" or checkpoint_id[8] != "-":
+        return None
     try:
-        u = uuid.UUID(checkpoint_id)
-    except (ValueError, TypeError, AttributeError):
+        high = int(checkpoint_id[:8] + checkpoint_id[9:13], 16)
+        low = int(checkpoint_id[15:18], 16)
+    except ValueError:
         return None
-    if u.version != 6:
-        return None
-    value = u.int
-    stamp = (((value >> 80) & 0xFFFFFFFFFFFF) << 12) | ((value >> 64) & 0x0FFF)
-    micros_since = (stamp - _UUID_EPOCH_100NS) // 10
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros_since)
+    return (((high << 12) | low) - _UUID_EPOCH_100NS) // 10
+
+
+def id_time(checkpoint_id: str) -> datetime | None:
+    """:func:`id_micros` as an aware datetime."""
+    found = id_micros(checkpoint_id)
+    return None if found is None else _EPOCH + timedelta(microseconds=found)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------------------- schema check
@@ -281,22 +288,44 @@ class LangGraphScans(Scans):
             {r.thread_id: r for r in side.sweep_records()} if side is not None else {}
         )
         ids = list(totals) + [t for t in ledger if t not in totals]
-        records = [self._record(t, totals.get(t), ledger.get(t)) for t in ids]
-        values = [
-            (
-                r.checkpoints,
-                r.size_bytes,
-                micros(r.newest_at),
-                micros(r.started_at),
-                micros(r.finished_at),
-                micros(r.due_at),
-                span(r.declared_waiting),
-                span(r.declared_finished),
-                None if r.lease is None else micros(r.lease.expires_at),
+        values: list[tuple[int | None, ...]] = []
+        for t in ids:
+            total, r = totals.get(t), ledger.get(t)
+            count, size, newest = (0, 0, None) if total is None else total
+            newest_us = None
+            if total is not None:
+                newest_us = id_micros(newest) if newest else None
+                if newest_us is None:
+                    newest_us = micros(self._newest(t, newest))
+            if r is None:
+                values.append((count, size, newest_us, None, None, None, None, None, None))
+                continue
+            values.append(
+                (
+                    count,
+                    size,
+                    newest_us,
+                    micros(r.started_at),
+                    micros(r.finished_at),
+                    micros(r.due_at),
+                    span(r.declared_waiting),
+                    span(r.declared_finished),
+                    None if r.lease is None else micros(r.lease.expires_at),
+                )
             )
-            for r in records
-        ]
-        return SweepColumns.of(ids, values, records.__getitem__)
+
+        def record(i: int) -> ThreadRecord:
+            return self._record(ids[i], totals.get(ids[i]), ledger.get(ids[i]))
+
+        return SweepColumns.of(ids, values, record)
+
+    def _newest(self, thread_id: str, newest_id: str | None) -> datetime | None:
+        """The newest checkpoint's time: from its UUIDv6 id, else its own ``ts``."""
+        found = id_time(newest_id) if newest_id else None
+        if found is None:
+            latest = self.store.latest(thread_id)
+            found = latest.created_at if latest is not None else None
+        return found
 
     def _record(
         self, thread_id: str, total: tuple[int, int, str] | None, ledger: ThreadRecord | None
@@ -304,12 +333,11 @@ class LangGraphScans(Scans):
         if total is None:
             return ledger or ThreadRecord(thread_id=thread_id)
         count, size, newest_id = total
-        newest = id_time(newest_id)
-        if newest is None:  # not a LangGraph-made id: the checkpoint's own time
-            found = self.store.latest(thread_id)
-            newest = found.created_at if found is not None else None
         record = ThreadRecord(
-            thread_id=thread_id, checkpoints=count, size_bytes=size, newest_at=newest
+            thread_id=thread_id,
+            checkpoints=count,
+            size_bytes=size,
+            newest_at=self._newest(thread_id, newest_id),
         )
         return with_ledger(record, ledger)
 
@@ -325,8 +353,8 @@ class LangGraphScans(Scans):
             blobs_sql = None
         else:
             sql = (
-                "SELECT thread_id, count(*), sum(octet_length(checkpoint::text) + "  # noqa: S608
-                'octet_length(metadata::text)), max(checkpoint_id COLLATE "C") '
+                "SELECT thread_id, count(*), sum(pg_column_size(checkpoint) + "  # noqa: S608
+                'pg_column_size(metadata)), max(checkpoint_id COLLATE "C") '
                 f"FROM {store.table('checkpoints')} GROUP BY thread_id"
             )
             blobs_sql = (
@@ -344,12 +372,13 @@ class LangGraphScans(Scans):
     # ------------------------------------------------------------------ deletes
 
     def _delete_threads(self, thread_ids: list[str]) -> dict[str, Deleted]:
-        self._writable("delete threads")
+        side = self._writable("delete threads")
         found: dict[str, Deleted] = {}
         for chunk in self._chunks(thread_ids):
             found.update(chunk)
         for t in thread_ids:
             found.setdefault(t, Deleted())
+        side.delete_threads(thread_ids)  # their ledger records (the sidecar holds no rows)
         return found
 
     def _chunks(self, thread_ids: list[str]) -> Iterator[dict[str, Deleted]]:
@@ -359,7 +388,10 @@ class LangGraphScans(Scans):
         under it. After each transaction the deleter pauses (as long as a waiting writer's busy
         handler sleeps between tries, at most 0.1 s) so a live writer gets the lock.
         """
-        size, at = min(100, len(thread_ids)), 0
+        # Postgres locks rows, not the table: a writer of another thread never waits, so a
+        # store call is one transaction unless it runs long; SQLite starts small.
+        first = 100 if self.store.dialect == "sqlite" else 5000
+        size, at = min(first, len(thread_ids)), 0
         delete = self._delete_sqlite if self.store.dialect == "sqlite" else self._delete_postgres
         while at < len(thread_ids):
             chunk = thread_ids[at : at + size]
@@ -399,21 +431,19 @@ class LangGraphScans(Scans):
         c, b, w = (
             self.store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
         )
-        sql = (
-            f"WITH c AS (DELETE FROM {c} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "  # noqa: S608
-            f"b AS (DELETE FROM {b} WHERE thread_id = ANY(%(t)s) RETURNING thread_id), "
-            f"w AS (DELETE FROM {w} WHERE thread_id = ANY(%(t)s) RETURNING thread_id) "
-            "SELECT 'c', thread_id, count(*) FROM c GROUP BY thread_id UNION ALL "
-            "SELECT 'w', thread_id, count(*) FROM w GROUP BY thread_id UNION ALL "
-            "SELECT 'b', NULL, count(*) FROM b"
-        )
-        cps: dict[str, int] = {}
-        ws: dict[str, int] = {}
+        # Counted first (an index-only read), then deleted plainly: RETURNING every row cost
+        # as much as the delete itself. A row raced in between is deleted uncounted; the
+        # rounds' still_holding check does not depend on the counts.
+        counted = "SELECT thread_id, count(*) FROM {} WHERE thread_id = ANY(%(t)s) GROUP BY 1"
         with self.store.writer("delete threads") as conn:
-            for kind, thread_id, n in conn.exec_driver_sql(sql, {"t": chunk}):
-                if kind != "b":
-                    (cps if kind == "c" else ws)[thread_id] = int(n)
-        return {t: Deleted(cps.get(t, 0), ws.get(t, 0)) for t in chunk}
+            cursor = conn.connection.cursor()
+            counts: list[dict[str, int]] = []
+            for table in (c, w):
+                cursor.execute(counted.format(table), {"t": chunk})
+                counts.append(dict(cursor.fetchall()))
+            for table in (c, w, b):
+                cursor.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%(t)s)", {"t": chunk})  # noqa: S608
+        return {t: Deleted(counts[0].get(t, 0), counts[1].get(t, 0)) for t in chunk}
 
     def _still_holding(self, thread_ids: list[str]) -> set[str]:
         store = self.store
@@ -484,44 +514,82 @@ class SQLiteWriter:
 # ---------------------------------------------------------------------------- some checkpoints
 
 
-def delete_checkpoints(store: LangGraphStore, thread_id: str, keys: list[CheckpointKey]) -> Deleted:
-    """Delete these checkpoints of a thread with their writes, and (Postgres) every blob of the
-    thread no remaining checkpoint references, in one transaction."""
+def delete_checkpoints(
+    store: LangGraphStore, keys: Sequence[tuple[str, str, str]]
+) -> dict[str, Deleted]:
+    """Delete these ``(thread, namespace, checkpoint_id)`` checkpoints with their writes, and
+    (Postgres) every blob of their threads no remaining checkpoint references, in one
+    transaction; what each thread lost."""
     check_schema(store, "delete checkpoints")
-    pairs = json.dumps([[ns, cid] for ns, cid in keys])
+    triples = json.dumps([list(k) for k in keys])
+    threads = sorted({k[0] for k in keys})
+    found: dict[str, list[int]] = {t: [0, 0] for t in threads}
     if store.dialect == "sqlite":
+        doomed = "SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)"
         with store.writer("delete checkpoints") as conn:
-            n = 0
-            w = 0
-            for table in ("writes", "checkpoints"):
-                cur = conn.execute(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) "  # noqa: S608
-                    "IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-                    (thread_id, pairs),
-                )
-                if table == "writes":
-                    w = cur.rowcount
-                else:
-                    n = cur.rowcount
-        return Deleted(n, w)
+            for at, table in ((1, "writes"), (0, "checkpoints")):
+                for (thread_id,) in conn.execute(
+                    f"DELETE FROM {table} WHERE (thread_id, checkpoint_ns, checkpoint_id) "  # noqa: S608
+                    f"IN ({doomed}) RETURNING thread_id",
+                    (triples,),
+                ):
+                    found[thread_id][at] += 1
+        return {t: Deleted(*n) for t, n in found.items()}
     c, b, wt = (store.table(t) for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"))
-    doomed = (
-        "SELECT e ->> 0 AS ns, e ->> 1 AS cid FROM jsonb_array_elements(CAST(%(k)s AS jsonb)) e"
-    )
+    doomed = "SELECT e ->> 0, e ->> 1, e ->> 2 FROM jsonb_array_elements(CAST(%(k)s AS jsonb)) AS e"
     with store.writer("delete checkpoints") as conn:
-        w = conn.exec_driver_sql(
-            f"DELETE FROM {wt} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
-            {"t": thread_id, "k": pairs},
-        ).rowcount
-        n = conn.exec_driver_sql(
-            f"DELETE FROM {c} WHERE thread_id = %(t)s AND (checkpoint_ns, checkpoint_id) IN ({doomed})",  # noqa: S608
-            {"t": thread_id, "k": pairs},
-        ).rowcount
-        conn.exec_driver_sql(
-            f"DELETE FROM {b} AS bl WHERE bl.thread_id = %(t)s AND NOT EXISTS ("  # noqa: S608
-            f"SELECT 1 FROM {c} AS cp, jsonb_each_text(cp.checkpoint -> 'channel_versions') AS v "
-            "WHERE cp.thread_id = bl.thread_id AND cp.checkpoint_ns = bl.checkpoint_ns "
-            "AND v.key = bl.channel AND v.value = bl.version)",
-            {"t": thread_id},
+        cursor = conn.connection.cursor()
+        for at, table in ((1, wt), (0, c)):
+            cursor.execute(
+                f"WITH d AS (DELETE FROM {table} WHERE (thread_id, checkpoint_ns, checkpoint_id) "  # noqa: S608
+                f"IN ({doomed}) RETURNING thread_id) SELECT thread_id, count(*) FROM d GROUP BY 1",
+                {"k": triples},
+            )
+            for thread_id, n in cursor.fetchall():
+                found[thread_id][at] += int(n)
+        cursor.execute(
+            f"DELETE FROM {b} AS bl WHERE bl.thread_id = ANY(%(t)s) AND NOT EXISTS ("  # noqa: S608
+            f"SELECT 1 FROM {c} AS cp WHERE cp.thread_id = bl.thread_id "
+            "AND cp.checkpoint_ns = bl.checkpoint_ns "
+            "AND cp.checkpoint -> 'channel_versions' ->> bl.channel = bl.version)",
+            {"t": threads},
         )
-    return Deleted(n, w)
+    return {t: Deleted(*n) for t, n in found.items()}
+
+
+def thin_points(
+    store: LangGraphStore, chosen: set[str] | None
+) -> Iterator[tuple[str, list[tuple[str, str, datetime | None, int, str, bool]]]]:
+    """Per thread, its checkpoints in write order for thinning: namespace, id, time (from the
+    id), stored bytes, ``keep-previous`` for a pre-v4 checkpoint (its parent holds its pending
+    sends; Postgres only, where the format is readable), and whether it marks delta channels."""
+    store.ready()
+    if store.dialect == "sqlite":
+        sql = (
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, coalesce(length(checkpoint), 0) + "
+            "coalesce(length(metadata), 0), 0, json_extract(CAST(metadata AS TEXT), "
+            "'$.counters_since_delta_snapshot') IS NOT NULL FROM checkpoints "
+            "ORDER BY thread_id, rowid"
+        )
+    else:
+        sql = (
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, pg_column_size(checkpoint) + "  # noqa: S608
+            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4, "
+            "metadata ? 'counters_since_delta_snapshot' "
+            f'FROM {store.table("checkpoints")} ORDER BY thread_id, checkpoint_id COLLATE "C"'
+        )
+    with store.read("read checkpoints to thin") as conn:
+        rows = conn.exec_driver_sql(sql).all()
+    current: str | None = None
+    points: list[tuple[str, str, datetime | None, int, str, bool]] = []
+    for thread_id, ns, cid, size, old, delta in rows:
+        if chosen is not None and thread_id not in chosen:
+            continue
+        if thread_id != current:
+            if current is not None:
+                yield current, points
+            current, points = thread_id, []
+        why = "keep-previous" if old else ""
+        points.append((ns, cid, id_time(cid), int(size or 0), why, bool(delta)))
+    if current is not None:
+        yield current, points

@@ -23,8 +23,8 @@ cluster slot:
 Keys that cannot share the thread's slot live under ``P{g}:`` (one slot): ``threads`` (paging),
 ``finished`` (due time, for the sweep), ``parks`` (deadline), ``outbox`` and ``quarantine``
 (write time), ``connections``, ``format`` (the generation), ``tombstones`` (erase time, for
-counting and listing them), ``erasure_secret`` and ``history`` (what released rows spent
-pending before their quarantine). They are written after the thread's
+counting and listing them), ``erasure_secret``, ``erase_requests`` and ``history`` (what
+released rows spent pending before their quarantine). They are written after the thread's
 script, and any of them may miss an entry after a crash between the two steps, or hold one
 its thread no longer supports. The thread's keys are the truth; the indexes are repaired (see
 :mod:`durability.stores.redis.reconcile`).
@@ -70,6 +70,8 @@ class GlobalKeys:
     tombstones: str
     #: The store's erasure secret (kept through a reset).
     erasure_secret: str
+    #: Erasures the plane has not confirmed yet: "tombstone NUL project" -> request.
+    erase_requests: str
     #: A list: the spans released rows spent pending before their quarantine (JSON, anonymous).
     history: str
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from durability.clock import from_micros, to_micros
 from durability.model import Tombstone
 from durability.stores.redis.keys import thread_tag
-from durability.stores.tombstones import Tombstones, new_secret
+from durability.stores.tombstones import EraseRequest, Tombstones, new_secret
 
 if TYPE_CHECKING:
     from durability.stores.redis.store import RedisStore
@@ -70,6 +72,35 @@ class RedisTombstones(Tombstones):
             "record an erasure receipt", "tombstone_receipt", tag, [receipt], write=False
         )
 
+    # Erase requests: one hash in the store-wide slot, field "tombstone NUL project" -> JSON.
+
+    def _put_request(self, request: EraseRequest) -> EraseRequest:
+        key, field = self.store.keys.erase_requests, _field(request)
+
+        def call(_retry: bool) -> Any:
+            self.store.client.hsetnx(key, field, _encode(request))
+            return self.store.client.hget(key, field)
+
+        return _decode(field, self.store.run("queue an erase request", call))
+
+    def _requests(self) -> list[EraseRequest]:
+        key = self.store.keys.erase_requests
+        found = self.store.run("list erase requests", lambda _r: self.store.client.hgetall(key))
+        return [_decode(f.decode(), v) for f, v in found.items()]
+
+    def _update_request(self, request: EraseRequest) -> None:
+        key, field = self.store.keys.erase_requests, _field(request)
+
+        def call(_retry: bool) -> None:
+            if self.store.client.hexists(key, field):
+                self.store.client.hset(key, field, _encode(request))
+
+        self.store.run("record an erase attempt", call)
+
+    def _drop_request(self, digest: str, project_id: str) -> None:
+        key, field = self.store.keys.erase_requests, f"{digest}\0{project_id}"
+        self.store.run("drop an erase request", lambda _r: self.store.client.hdel(key, field))
+
     def _count(self) -> int:
         key = self.store.keys.tombstones
         return int(self.store.run("count tombstones", lambda _r: self.store.client.zcard(key)))
@@ -93,4 +124,32 @@ def _stone(raw: list[Any]) -> Tombstone | None:
         erased_at=from_micros(int(at)),
         erased_by=(by or b"").decode(),
         receipt=(receipt or b"").decode(),
+    )
+
+
+def _field(request: EraseRequest) -> str:
+    return f"{request.tombstone}\0{request.project_id}"
+
+
+def _encode(request: EraseRequest) -> bytes:
+    return orjson.dumps(
+        {
+            "thread_id": request.thread_id,
+            "requested_at": to_micros(request.requested_at),
+            "attempts": request.attempts,
+            "last_error": request.last_error,
+        }
+    )
+
+
+def _decode(field: str, raw: bytes) -> EraseRequest:
+    digest, _, project_id = field.partition("\0")
+    data = orjson.loads(raw)
+    return EraseRequest(
+        thread_id=data["thread_id"],
+        tombstone=digest,
+        project_id=project_id,
+        requested_at=from_micros(data["requested_at"]),
+        attempts=data["attempts"],
+        last_error=data["last_error"],
     )

@@ -20,6 +20,7 @@ from durability.stores.sql.schema import (
     checkpoint_table,
     checkpoints,
     connections,
+    erase_requests,
     meta_table,
     migrations_table,
     outbox_history,
@@ -263,6 +264,23 @@ def _outbox_history(conn: SAConnection) -> None:
     create(conn, outbox_history)
 
 
+def _thread_id_index(conn: SAConnection) -> None:
+    """Version 13: the ledger's thread ids indexed in code point order (Postgres: the "C"
+    collation), so the thread picker searches a prefix as a range and pages through it,
+    never listing every id. The ledger is written per run, not per checkpoint: a put pays
+    nothing for it."""
+    collate = ' COLLATE "C"' if conn.dialect.name == "postgresql" else ""
+    conn.exec_driver_sql(
+        "CREATE INDEX IF NOT EXISTS ix_durability_threads_id "
+        f"ON {_qualified(conn, threads.name)} (thread_id{collate})"
+    )
+
+
+def _erase_requests(conn: SAConnection) -> None:
+    """Version 14: erasures waiting for the plane, sent by the drain like unsent rows."""
+    create(conn, erase_requests)
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -277,6 +295,8 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("tombstones", _tombstones),
     ("outbox tables", _outbox_tables),
     ("outbox history", _outbox_history),
+    ("thread id index", _thread_id_index),
+    ("erase requests", _erase_requests),
 )
 
 

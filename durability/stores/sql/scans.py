@@ -42,6 +42,21 @@ from durability.stores.sweep_lock import SweepLock
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
 
+
+def _prefix_range(col: Any, prefix: str, after: str | None) -> list[Any]:
+    """The conditions of ids starting with ``prefix`` (a range: ``[prefix, next)``, where
+    ``next`` is ``prefix`` with its last character one code point up) and above ``after``."""
+    where = [col >= prefix] if prefix else []
+    if prefix:
+        last = ord(prefix[-1]) + 1
+        last = 0xE000 if 0xD800 <= last < 0xE000 else last
+        if last <= 0x10FFFF:
+            where.append(col < prefix[:-1] + chr(last))
+    if after is not None:
+        where.append(col > after)
+    return where
+
+
 #: SQLite page cache of a sweep's delete transaction, in KiB (the connection's own is restored).
 SWEEP_CACHE_KIB = 65536
 
@@ -69,6 +84,35 @@ class SQLScans(Scans):
         return SQLSweepLock(self.store)
 
     # ------------------------------------------------------------------ analysis reads
+
+    @reconnecting
+    def _checkpoint_buckets(self, step: int) -> Columns:
+        db = self.store.db
+        query = (
+            f"SELECT (created_at / {db.mark}) * {db.mark} AS b, COUNT(*), SUM(size_bytes) "  # noqa: S608
+            f"FROM {self.store.sql.table} GROUP BY b ORDER BY b"
+        )
+        with db.one("count checkpoints per bucket") as conn:
+            rows = conn.exec_driver_sql(query, (step, step)).all()
+        return {
+            "bucket": [int(r[0]) for r in rows],
+            "checkpoints": [int(r[1]) for r in rows],
+            "size_bytes": [int(r[2] or 0) for r in rows],
+        }
+
+    @reconnecting
+    def _find_threads(self, prefix: str, after: str | None, limit: int) -> list[str]:
+        # A range on the ledger's thread id index (code point order: SQLite's binary order,
+        # Postgres's "C" collation); a store with no ledger rows reads its checkpoints' ids.
+        postgres = self.store.db.engine.dialect.name == "postgresql"
+        with self.store.db.read("search threads") as conn:
+            ledger = conn.execute(sa.select(threads.c.tkey).limit(1)).first() is not None
+            table = threads if ledger else checkpoints
+            col = table.c.thread_id.collate("C") if postgres else table.c.thread_id
+            query = sa.select(col.label("thread_id")).where(*_prefix_range(col, prefix, after))
+            if not ledger:
+                query = query.distinct()
+            return list(conn.execute(query.order_by(col).limit(limit)).scalars())
 
     def _checkpoint_columns(
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int

@@ -187,6 +187,18 @@ tombstones = sa.Table(
     sa.Column("receipt", sa.Text, nullable=False),
 )
 
+#: Erasures the plane has not confirmed yet (the thread id stays until it answers).
+erase_requests = sa.Table(
+    "durability_erase_requests",
+    metadata,
+    sa.Column("ekey", KEY, primary_key=True),
+    sa.Column("project_id", sa.String(512), primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("requested_at", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("last_error", sa.Text),
+)
+
 #: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).
 SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
 

@@ -42,6 +42,7 @@ from durability.stores.sql.schema import (
     checkpoints,
     connections,
     delta,
+    erase_requests,
     hash_of,
     meta_table,
     migrations_table,
@@ -182,6 +183,7 @@ class SQLStore(Store):
                 parks,
                 connections,
                 tombstones,
+                erase_requests,
                 outbox_history,
             ):
                 conn.execute(table.delete())

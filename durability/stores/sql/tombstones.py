@@ -9,15 +9,22 @@ tombstone; on SQLite writers queue on the database lock anyway.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection as SAConnection
 
 from durability.model import Tombstone
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.schema import SECRET_KEY, meta_table, micros, time_of, tombstones
-from durability.stores.tombstones import Tombstones, new_secret
+from durability.stores.sql.schema import (
+    SECRET_KEY,
+    erase_requests,
+    meta_table,
+    micros,
+    time_of,
+    tombstones,
+)
+from durability.stores.tombstones import EraseRequest, Tombstones, new_secret
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
@@ -94,6 +101,52 @@ class SQLTombstones(Tombstones):
             )
 
     @reconnecting
+    def _put_request(self, request: EraseRequest) -> EraseRequest:
+        r = erase_requests.c
+        with self.store.db.write("queue an erase request") as conn:
+            conn.execute(
+                self.store.insert_stmt(erase_requests)
+                .values(
+                    ekey=request.tombstone,
+                    project_id=request.project_id,
+                    thread_id=request.thread_id,
+                    requested_at=micros(request.requested_at),
+                    attempts=request.attempts,
+                    last_error=request.last_error,
+                )
+                .on_conflict_do_nothing(index_elements=["ekey", "project_id"])
+            )
+            row = conn.execute(
+                sa.select(erase_requests).where(
+                    r.ekey == request.tombstone, r.project_id == request.project_id
+                )
+            ).one()
+        return _request(row)
+
+    @reconnecting
+    def _requests(self) -> list[EraseRequest]:
+        with self.store.db.one("list erase requests") as conn:
+            return [_request(row) for row in conn.execute(sa.select(erase_requests))]
+
+    @reconnecting
+    def _update_request(self, request: EraseRequest) -> None:
+        r = erase_requests.c
+        with self.store.db.write("record an erase attempt") as conn:
+            conn.execute(
+                erase_requests.update()
+                .where(r.ekey == request.tombstone, r.project_id == request.project_id)
+                .values(attempts=request.attempts, last_error=request.last_error)
+            )
+
+    @reconnecting
+    def _drop_request(self, digest: str, project_id: str) -> None:
+        r = erase_requests.c
+        with self.store.db.write("drop an erase request") as conn:
+            conn.execute(
+                erase_requests.delete().where(r.ekey == digest, r.project_id == project_id)
+            )
+
+    @reconnecting
     def _count(self) -> int:
         with self.store.db.one("count tombstones") as conn:
             return int(
@@ -120,4 +173,17 @@ def _stone(row: sa.Row[tuple[str, int, str, str]]) -> Tombstone:
     assert erased_at is not None
     return Tombstone(
         hash=row.ekey, erased_at=erased_at, erased_by=row.erased_by, receipt=row.receipt
+    )
+
+
+def _request(row: Any) -> EraseRequest:
+    requested_at = time_of(row.requested_at)
+    assert requested_at is not None
+    return EraseRequest(
+        thread_id=row.thread_id,
+        tombstone=row.ekey,
+        project_id=row.project_id,
+        requested_at=requested_at,
+        attempts=row.attempts,
+        last_error=row.last_error,
     )

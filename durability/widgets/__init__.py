@@ -7,15 +7,17 @@ attributes (``planner.waiting.value = 14`` is what moving the slider does, ``pan
 (``.frame``, ``.figure``, ``.plan`` …), which is what tests and notebooks read. Key controls
 carry stable CSS classes for browser tests:
 
-* explorer: ``durability-explorer`` (the view), ``-thread``, ``-checkpoint``, ``-history``, ``-state``;
+* explorer: ``durability-explorer`` (the view), ``-search``, ``-thread``, ``-next``,
+  ``-checkpoint``, ``-history``, ``-state``;
 * planner: ``durability-retention`` (the view), ``-waiting``, ``-finished``, ``-now``,
   ``-summary``, ``-chart``, ``-table``;
 * outbox: ``durability-outbox`` (the view), ``-chart``, ``-quarantined``, ``-release``,
-  ``-refresh``, ``-status``;
+  ``-confirm``, ``-cancel``, ``-refresh``, ``-status``;
 * restore: ``durability-restore`` (the view), ``-thread``, ``-plan``, ``-plan-table``,
-  ``-restore``, ``-runner``, ``-value``, ``-resume``, ``-status``.
+  ``-restore``, ``-runner``, ``-value``, ``-resume``, ``-fork``, ``-status``.
 
-* :class:`StoreExplorer`: pick a thread, see its history and the state of any checkpoint.
+* :class:`StoreExplorer`: search thread ids by prefix (a page at a time), see a thread's
+  history and the state of any checkpoint.
 * :class:`RetentionPlanner`: waiting and finished sliders and a "now" date: what a sweep
   would delete (the rows of :func:`durability.sweep.plan_sweep`), a summary per horizon and a
   90-day simulation of the chosen values beside the current ones.
@@ -26,9 +28,9 @@ carry stable CSS classes for browser tests:
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
-from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,105 +43,44 @@ except ModuleNotFoundError as exc:  # the notebook extra
     raise missing_extra(exc, "durability.widgets") from exc
 
 from durability import frames, plots, simulate
-from durability._util import redact_url
-from durability.errors import DurabilityError
 from durability.humanize import format_bytes
+from durability.model import ThreadRecord
 from durability.replication import describe_drains
-from durability.restore import RestorePlan, RestoreResult, apply_restore, plan_restore
-from durability.runs import NO_VALUE, Runner, RunResult, load_runner
 from durability.settings import Settings, format_duration
 from durability.sweep import HORIZONS, SweepPlan, plan_sweep
+from durability.widgets._parts import button, guarded, message, show, table
+from durability.widgets.erase import EraseControls
+from durability.widgets.restore import RestorePanel
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from durability.replication.connection import Connection
     from durability.stores.base import Store
 
-#: How many rows of a table a view shows (the whole frame stays on the attribute).
-TABLE_ROWS = 500
-
-
-# ---------------------------------------------------------------------------- display helpers
-
-
-def _show(output: w.Output, *items: Any) -> None:
-    """Replace what ``output`` shows; a figure is shown as its PNG.
-
-    Outside an IPython kernel an ``Output`` captures nothing, so nothing is rendered there.
-    """
-    from IPython import get_ipython
-    from IPython.display import display
-    from matplotlib.figure import Figure
-
-    if get_ipython() is None:
-        return
-    with output:
-        output.clear_output(wait=True)
-        for item in items:
-            display(_png(item) if isinstance(item, Figure) else item)  # type: ignore[no-untyped-call]
-
-
-def _png(fig: Figure) -> Any:
-    """A figure as a PNG display object: renders in any frontend, whatever the backend."""
-    import io
-
-    from IPython.display import Image
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=96)
-    return Image(data=buffer.getvalue(), format="png")  # type: ignore[no-untyped-call]
-
-
-def _table(frame: pd.DataFrame) -> Any:
-    """A sortable, searchable table (:func:`durability.tables.html`) of the first
-    :data:`TABLE_ROWS` rows, or a note when there are none."""
-    from IPython.display import HTML
-
-    from durability import tables
-
-    if frame.empty:
-        return HTML("<p><i>no rows</i></p>")  # type: ignore[no-untyped-call]
-    return HTML(tables.html(frame.head(TABLE_ROWS)))  # type: ignore[no-untyped-call]
-
-
-def _message(text: str, *, error: bool = False) -> str:
-    colour = "#b00020" if error else "#1b5e20"
-    return f'<p style="color:{colour}">{html.escape(text)}</p>'
-
-
-def _button(description: str, css: str, **options: Any) -> w.Button:
-    button = w.Button(description=description, **options)
-    button.add_class(css)
-    return button
-
-
-def _guarded(status: w.HTML, action: Callable[[], None]) -> None:
-    """Run ``action``; a refusal of the library is shown in ``status`` instead of raised."""
-    try:
-        action()
-    except (DurabilityError, ValueError) as exc:  # JSON and argument errors are ValueErrors
-        status.value = _message(f"{type(exc).__name__}: {exc}", error=True)
-
-
-# ---------------------------------------------------------------------------- store explorer
+#: Thread ids a picker shows at once (a page of a search, never every id).
+PICKER_PAGE = 100
 
 
 class StoreExplorer:
     """Pick a thread (``.thread``) to see its history (``.history``) and a checkpoint's state.
 
-    Attributes: ``threads_frame`` (``frames.threads``), ``frame`` (the picked thread's
-    ``frames.checkpoints`` with states), ``state_value`` (the state of the checkpoint picked in
-    ``.checkpoint``, default the latest).
+    The picker never lists every id: ``.search`` (a thread id prefix) asks the store for a page
+    of :data:`PICKER_PAGE` ids (``store.scans.find_threads``), and ``.next_page`` for the page
+    after it. Attributes: ``page`` (the ids shown), ``record`` (the picked thread's
+    :class:`~durability.model.ThreadRecord`), ``frame`` (its ``frames.checkpoints`` with
+    states), ``state_value`` (the state of the checkpoint picked in ``.checkpoint``, default the
+    latest). ``erasing`` erases the picked thread after a preview and a confirmation.
     """
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.threads_frame = frames.threads(store)
-        newest_first = self.threads_frame.sort_values("newest_at", ascending=False)
-        ids = newest_first["thread_id"].astype(str).tolist()
-        self.thread = w.Dropdown(options=ids, value=ids[0] if ids else None, description="thread")
+        self.search = w.Text(
+            description="search", placeholder="thread id prefix", continuous_update=False
+        )
+        self.search.add_class("durability-explorer-search")
+        self.thread = w.Dropdown(options=[], description="thread")
         self.thread.add_class("durability-explorer-thread")
+        self.next_page = button("Next page", "durability-explorer-next")
         self.checkpoint = w.Dropdown(options=[], description="checkpoint")
         self.checkpoint.add_class("durability-explorer-checkpoint")
         self.summary = w.HTML()
@@ -147,14 +88,21 @@ class StoreExplorer:
         self.history.add_class("durability-explorer-history")
         self.state = w.Output()
         self.state.add_class("durability-explorer-state")
+        self.page: list[str] = []
+        self.record: ThreadRecord | None = None
         self.frame = pd.DataFrame()
         self.state_value: Any = None
+        self.search.observe(lambda _: self.find(), names="value")
+        self.next_page.on_click(lambda _: self.find(after=self.page[-1] if self.page else None))
         self.thread.observe(lambda _: self._load_thread(), names="value")
         self.checkpoint.observe(lambda _: self._load_state(), names="value")
+        #: The Erase button and its confirmation (``.erasing.erase``, ``.confirm``, ``.cancel``).
+        self.erasing = EraseControls(store, lambda: self.thread.value, self.find)
         self.widget = w.VBox(
             [
-                self.thread,
+                w.HBox([self.search, self.thread, self.next_page]),
                 self.summary,
+                self.erasing.widget,
                 w.HTML("<b>History</b> (write order)"),
                 self.history,
                 self.checkpoint,
@@ -163,17 +111,33 @@ class StoreExplorer:
             ]
         )
         self.widget.add_class("durability-explorer")
-        self._load_thread()
+        self.find()
+
+    def find(self, *, after: str | None = None) -> None:
+        """Show the page of ids starting with ``.search`` (after ``after``) and pick its first."""
+        self.page = self.store.scans.find_threads(self.search.value, after=after, limit=PICKER_PAGE)
+        self.next_page.disabled = len(self.page) < PICKER_PAGE
+        self.thread.options = self.page
+        self.thread.value = self.page[0] if self.page else None
+        if not self.page:
+            self._load_thread()
 
     def _load_thread(self) -> None:
         thread_id = self.thread.value
         if thread_id is None:
-            self.summary.value = "<p><i>the store holds no thread</i></p>"
+            found = (
+                "the store holds no thread"
+                if not self.search.value
+                else "no thread id starts with that"
+            )
+            self.summary.value = f"<p><i>{html.escape(found)}</i></p>"
             return
         self.frame = frames.checkpoints(self.store, thread_id=thread_id, decode_state=True)
-        row = self.threads_frame[self.threads_frame["thread_id"] == thread_id]
-        self.summary.value = row.drop(columns=["thread_id"]).to_html(index=False, na_rep="")
-        _show(self.history, _table(self.frame.drop(columns=["state"])))
+        self.record = self.store.thread(thread_id)
+        fields = {} if self.record is None else dataclasses.asdict(self.record)
+        fields.pop("thread_id", None)
+        self.summary.value = pd.DataFrame([fields]).to_html(index=False, na_rep="")
+        show(self.history, table(self.frame.drop(columns=["state"])))
         ids = self.frame["checkpoint_id"].astype(str).tolist()[::-1]  # latest first
         self.checkpoint.options = ids
         self.checkpoint.value = ids[0] if ids else None
@@ -183,7 +147,7 @@ class StoreExplorer:
         picked = self.frame[self.frame["checkpoint_id"] == self.checkpoint.value]
         self.state_value = picked["state"].iloc[-1] if len(picked) else None
         text = json.dumps(self.state_value, indent=2, default=repr, ensure_ascii=False)
-        _show(self.state, w.HTML(f"<pre>{html.escape(text)}</pre>"))
+        show(self.state, w.HTML(f"<pre>{html.escape(text)}</pre>"))
 
 
 # ---------------------------------------------------------------------------- retention planner
@@ -299,8 +263,8 @@ class RetentionPlanner:
         self.figure = plots.sweep_timeline(
             self.daily, policy=policy.label, in_force=self.current.label
         )
-        _show(self.chart, self.figure)
-        _show(self.table, _table(self.deletes))
+        show(self.chart, self.figure)
+        show(self.table, table(self.deletes))
 
 
 def _plan_summary(
@@ -357,26 +321,26 @@ class OutboxMonitor:
         self.chart.add_class("durability-outbox-chart")
         self.quarantined = w.Output()
         self.quarantined.add_class("durability-outbox-quarantined")
-        self.release_button = _button(
+        self.release_button = button(
             "Release quarantined rows", "durability-outbox-release", button_style="warning"
         )
-        self.confirm_button = _button(
+        self.confirm_button = button(
             "Confirm release", "durability-outbox-confirm", button_style="danger"
         )
-        self.cancel_button = _button("Cancel", "durability-outbox-cancel")
+        self.cancel_button = button("Cancel", "durability-outbox-cancel")
         self.confirm = w.HBox([self.confirm_button, self.cancel_button])
         self.confirm.layout.display = "none"
-        self.refresh_button = _button("Refresh", "durability-outbox-refresh")
+        self.refresh_button = button("Refresh", "durability-outbox-refresh")
         self.status = w.HTML()
         self.status.add_class("durability-outbox-status")
         self.backlog_frame = pd.DataFrame()
         self.outbox_frame = pd.DataFrame()
         self.quarantined_frame = pd.DataFrame()
         self.figure: Figure | None = None
-        self.release_button.on_click(lambda _: _guarded(self.status, self.ask_release))
-        self.confirm_button.on_click(lambda _: _guarded(self.status, self.release))
-        self.cancel_button.on_click(lambda _: _guarded(self.status, self.cancel))
-        self.refresh_button.on_click(lambda _: _guarded(self.status, self.refresh))
+        self.release_button.on_click(lambda _: guarded(self.status, self.ask_release))
+        self.confirm_button.on_click(lambda _: guarded(self.status, self.release))
+        self.cancel_button.on_click(lambda _: guarded(self.status, self.cancel))
+        self.refresh_button.on_click(lambda _: guarded(self.status, self.refresh))
         self.widget = w.VBox(
             [
                 self.chart,
@@ -398,15 +362,15 @@ class OutboxMonitor:
         state = self.outbox_frame["state"].astype("string")
         self.quarantined_frame = self.outbox_frame[state == "quarantined"].reset_index(drop=True)
         self.release_button.disabled = self.quarantined_frame.empty
-        _show(self.chart, self.figure)
-        _show(self.quarantined, _table(self.quarantined_frame))
+        show(self.chart, self.figure)
+        show(self.quarantined, table(self.quarantined_frame))
 
     def ask_release(self) -> None:
         """Say what a release would put back (rows, bytes) and who would send it; ask to confirm."""
         frame = self.quarantined_frame
         projects = sorted(str(p) for p in frame["project_id"].unique())
         size = format_bytes(int(frame["size_bytes"].sum()))
-        self.status.value = _message(
+        self.status.value = message(
             f"release {len(frame)} row(s), {size}, of project(s) "
             f"{', '.join(repr(p) for p in projects)} back into the outbox? "
             f"{describe_drains(self.store, projects)} The backlog of past days does not change."
@@ -416,7 +380,7 @@ class OutboxMonitor:
     def cancel(self) -> None:
         """Keep the rows quarantined."""
         self.confirm.layout.display = "none"
-        self.status.value = _message("nothing released")
+        self.status.value = message("nothing released")
 
     def release(self) -> None:
         """Put the quarantined rows shown back in the outbox; the next drain sends them again."""
@@ -429,169 +393,7 @@ class OutboxMonitor:
         ]
         released = self.store.release(keys) if keys else 0
         self.refresh()
-        self.status.value = _message(f"released {released} row(s) back into the outbox")
+        self.status.value = message(f"released {released} row(s) back into the outbox")
 
 
-# ---------------------------------------------------------------------------- restore panel
-
-
-class RestorePanel:
-    """Restore a thread from the plane, then resume its run: plan (dry run), Restore, Resume.
-
-    ``.thread_id`` names the thread; setting it (or ``.plan_button``) runs
-    :func:`durability.restore.plan_restore` (reads only) and shows ``plan.to_frame()`` in
-    ``.plan_table``; ``.restore_button`` applies
-    that plan (:func:`durability.restore.apply_restore`; ``.overwrite`` replaces a local copy);
-    ``.resume_button`` resumes the run with ``.resume_value`` (JSON; empty: no value) through
-    the runner (``runner=``: a :class:`~durability.runs.Runner` or ``module:attr``, else the
-    ``.runner`` text); a run that completed is never resumed: Resume says so and
-    ``.fork_button`` branches a new thread from its last step instead. ``connection`` is the plane connection (default: the store's active
-    one). Refusals show in ``.status``. Attributes: ``plan``, ``plan_frame``, ``result``
-    (the :class:`~durability.restore.RestoreResult`), ``run_result``.
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        connection: Connection | None = None,
-        *,
-        runner: Runner | str | None = None,
-    ) -> None:
-        self.store = store
-        self.connection = connection
-        self._runner = runner if isinstance(runner, Runner) else None
-        self.thread_id = w.Text(
-            description="thread id", placeholder="the thread to restore", continuous_update=False
-        )
-        self.thread_id.add_class("durability-restore-thread")
-        target = "the store's active connection" if connection is None else connection.target
-        self.plane = w.HTML(f"<p>plane: <code>{html.escape(redact_url(target))}</code></p>")
-        self.plan_button = _button("Plan restore (dry run)", "durability-restore-plan")
-        self.overwrite = w.Checkbox(value=False, description="overwrite a local copy")
-        self.restore_button = _button(
-            "Restore", "durability-restore-restore", button_style="primary", disabled=True
-        )
-        self.plan_table = w.Output()
-        self.plan_table.add_class("durability-restore-plan-table")
-        self.runner = w.Text(
-            value=runner.name if isinstance(runner, Runner) else (runner or ""),
-            description="runner",
-            placeholder="module:attr",
-            disabled=isinstance(runner, Runner),
-        )
-        self.runner.add_class("durability-restore-runner")
-        self.resume_value = w.Textarea(description="value", placeholder='{"approved": true}')
-        self.resume_value.add_class("durability-restore-value")
-        self.resume_button = _button("Resume", "durability-restore-resume", button_style="success")
-        self.fork_button = _button("Fork", "durability-restore-fork")
-        self.status = w.HTML()
-        self.status.add_class("durability-restore-status")
-        self.plan: RestorePlan | None = None
-        self.plan_frame = pd.DataFrame()
-        self.result: RestoreResult | None = None
-        self.run_result: RunResult | None = None
-        self.plan_button.on_click(lambda _: _guarded(self.status, self.make_plan))
-        self.restore_button.on_click(lambda _: _guarded(self.status, self.apply))
-        self.resume_button.on_click(lambda _: _guarded(self.status, self.resume))
-        self.fork_button.on_click(lambda _: _guarded(self.status, self.fork))
-        self.thread_id.observe(lambda _: self._thread_changed(), names="value")
-        self.widget = w.VBox(
-            [
-                self.plane,
-                w.HBox([self.thread_id, self.plan_button]),
-                self.plan_table,
-                w.HBox([self.restore_button, self.overwrite]),
-                w.HBox([self.runner, self.resume_value, self.resume_button, self.fork_button]),
-                self.status,
-            ]
-        )
-        self.widget.add_class("durability-restore")
-
-    def _forget_plan(self) -> None:
-        """A plan is for one thread: another id needs a new plan before Restore."""
-        self.plan = None
-        self.restore_button.disabled = True
-
-    def _thread_changed(self) -> None:
-        """A new thread id is planned at once (a dry run), so Restore applies what is shown."""
-        self._forget_plan()
-        if self.thread_id.value.strip():
-            _guarded(self.status, self.make_plan)
-
-    def make_plan(self) -> None:
-        """Plan the restore of ``.thread_id`` (nothing is written) and show it."""
-        self._forget_plan()
-        thread_id = self.thread_id.value.strip()
-        self.plan = plan_restore(self.store, thread_id, self.connection)
-        self.plan_frame = self.plan.to_frame()
-        _show(self.plan_table, _table(self.plan_frame))
-        notes = [*self.plan.warnings]
-        if self.plan.local is not None:
-            notes.append(f"the store already holds the thread: {self.plan.local.describe()}")
-        if self.plan.refusal is not None:
-            self.status.value = _message(f"cannot restore: {self.plan.refusal}", error=True)
-        elif self.plan.empty:
-            self.status.value = _message(f"the plane holds nothing of {thread_id!r}", error=True)
-        else:
-            self.restore_button.disabled = False
-            park = "" if self.plan.park is None else " and its pending park"
-            self.status.value = _message(
-                f"would restore {len(self.plan.checkpoints)} checkpoint(s){park} "
-                f"({self.plan.source}); press Restore to write them. " + " ".join(notes)
-            )
-
-    def apply(self) -> None:
-        """Write the plan shown (refused if the store changed so that it no longer applies)."""
-        if self.plan is None:
-            self.status.value = _message("plan the restore first", error=True)
-            return
-        self.result = apply_restore(self.store, self.plan, overwrite=self.overwrite.value)
-        self.restore_button.disabled = True
-        park = (
-            ""
-            if self.result.park is None
-            else (f"; parked until {self.result.park.deadline:%Y-%m-%d %H:%M} UTC")
-        )
-        self.status.value = _message(
-            f"restored {len(self.result.checkpoints)} checkpoint(s) of {self.plan.thread_id!r}"
-            f"{park}; resume it with a value below"
-        )
-
-    def resume(self) -> None:
-        """Resume the thread's run with the JSON value (none when the text is empty); a run
-        that completed is not resumed: the status says so and offers Fork."""
-        thread_id = self.thread_id.value.strip()
-        latest = self.store.latest(thread_id) if thread_id else None
-        if latest is not None and latest.is_run_end and latest.status == "completed":
-            self.status.value = _message(
-                f"not resumed: the run {latest.run_id} on {thread_id!r} completed, and a "
-                "completed run is never resumed; press Fork to run it again on a new thread "
-                "from its last step"
-            )
-            return
-        text = self.resume_value.value.strip()
-        value = NO_VALUE if not text else json.loads(text)
-        self.run_result = self._load_runner().resume(
-            self.store, thread_id, value, connection=self.connection
-        )
-        self.status.value = _message(
-            f"run {self.run_result.run_id} on {self.run_result.thread_id!r}: "
-            f"{self.run_result.status}"
-        )
-
-    def fork(self) -> None:
-        """Branch a new thread from the thread's last step and run it on from there."""
-        thread_id = self.thread_id.value.strip()
-        self.run_result = self._load_runner().fork(
-            self.store, thread_id, connection=self.connection
-        )
-        self.status.value = _message(
-            f"forked {thread_id!r} into {self.run_result.thread_id!r}: run "
-            f"{self.run_result.run_id} {self.run_result.status}"
-        )
-
-    def _load_runner(self) -> Runner:
-        return self._runner or load_runner(self.runner.value.strip())
-
-
-__all__ = ["OutboxMonitor", "RestorePanel", "RetentionPlanner", "StoreExplorer"]
+__all__ = ["PICKER_PAGE", "OutboxMonitor", "RestorePanel", "RetentionPlanner", "StoreExplorer"]
