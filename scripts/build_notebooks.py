@@ -253,6 +253,20 @@ if not problems.empty:
 print("repair the safe ones with: durability doctor URL --fix")
 """),
     md("""
+## Encryption coverage
+
+A store opened with a keyring (`DURABILITY_ENCRYPTION_KEYS`) seals every checkpoint's state
+(see the encryption guide). This view reads only the envelopes' clear headers, so it needs no
+key: rows and bytes per key id, each *current*, *older* (retired: `durability store reencrypt`
+moves them), *missing* from the keyring, or *clear*.
+"""),
+    code("""
+coverage = frames.encryption(store)
+print(f"{coverage.attrs['percent_encrypted']:.1f} % of rows encrypted; {coverage.attrs['clear_rows']} in clear, {coverage.attrs['retired_rows']} under retired or missing keys")
+display(coverage)
+plots.encryption(coverage)
+"""),
+    md("""
 ## One thread, step by step
 
 Type the start of a thread id in **search** (the store answers with a page of matching ids, in

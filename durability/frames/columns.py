@@ -117,6 +117,13 @@ COLUMNS: dict[str, dict[str, str]] = {
         "outbox_dropped": "int64",
         "plane": "string",
     },
+    "encryption": {
+        "key_id": "string",
+        "status": "category",
+        "rows": "int64",
+        "bytes": "int64",
+        "share": "float64",
+    },
     "problems": {
         "check": "string",
         "severity": "category",
