@@ -169,15 +169,24 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print; leave RESULTS.md alone")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="build the store at this path and keep it; reuse it if it is there (a 1M build "
+        "takes minutes)",
+    )
     args = parser.parse_args()
     threads = args.checkpoints // PER_THREAD
     with tempfile.TemporaryDirectory(prefix="bench-doctor-") as tmp:
-        path = Path(tmp) / "store.db"
+        path = args.store or Path(tmp) / "store.db"
         url = f"sqlite:///{path}"
         started = time.perf_counter()
-        build(url, threads)
+        if not path.exists():
+            build(url, threads)
         built = time.perf_counter() - started
-        print(f"built {threads * PER_THREAD + BREAKS:,} checkpoints in {built:.0f} s", flush=True)
+        how = f"built in {built:.0f} s" if built > 1 else "reused (built by this script)"
+        print(f"{threads * PER_THREAD + BREAKS:,} checkpoints: {how}", flush=True)
         ours, peer, found = [], [], {}
         for run in range(args.runs):
             if run % 2:  # alternate which goes first
@@ -205,7 +214,7 @@ store of {threads * PER_THREAD + BREAKS:,} checkpoints ({threads:,} threads of {
 state, each naming its parent; one pending write per thread; a run start on every thread, every
 second one marked finished), with {BREAKS} of each injected break (writes without their
 checkpoint, a chain broken in the middle, a ledger record of an empty thread), built through
-the bulk calls in {built:.0f} s. Timed: `diagnose(store)` (every check that applies to SQLite)
+the bulk calls ({how}). Timed: `diagnose(store)` (every check that applies to SQLite)
 on a fresh handle, beside SQLite's own `PRAGMA quick_check` on the same file; medians of
 {args.runs} runs, alternating which goes first; {platform.python_version()}, SQLite
 {sqlite3.sqlite_version}, 2-core shared machine.

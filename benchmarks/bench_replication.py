@@ -161,7 +161,12 @@ def bench_drain(folder: Path, plane: Plane) -> list[float]:
         for run in range(RUNS):
             if run:
                 with sqlite3.connect(folder / "drain.db") as db:
-                    db.execute("UPDATE durability_checkpoints SET synced = 0, synced_at = NULL")
+                    # Every row pending again (the outbox tables, decision 0060).
+                    db.execute("DELETE FROM durability_synced")
+                    db.execute(
+                        "INSERT INTO durability_outbox (seq, project_id) "
+                        "SELECT seq, project_id FROM durability_checkpoints"
+                    )
             conn, timed = timed_connection(store, plane)
             report = drain_once(conn)
             assert report.synced == ROWS, report

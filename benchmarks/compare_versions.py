@@ -5,7 +5,8 @@ in a fresh process with ``PYTHONPATH`` set to one source tree, then the other, `
 in alternation (each run swapping which goes first), and prints the median of each with the ratio new/old (throughputs: above 1 is
 faster). Both trees must be checkouts of this repository; only public API both have is used:
 put, latest, history, the drain's fetch and ack, the sweep (plan and delete), and two frames.
-PostgreSQL is measured when it answers on the test URL.
+PostgreSQL and Redis are measured when they answer on the test URLs (Redis under a key prefix
+of its own, removed afterwards).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tempfile
 import uuid
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
 
 #: One measurement: runs in a child process, prints {"name": ops per second, ...}.
 CHILD = r"""
@@ -92,6 +94,8 @@ def _measure(tree: str, url: str, kind: str) -> dict[str, float]:
     finally:
         if "?schema=" in url:
             _drop_schema(url.partition("?schema=")[2])
+        if "?prefix=" in url:
+            _drop_prefix(url.partition("?prefix=")[2])
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -101,6 +105,24 @@ def _drop_schema(schema: str) -> None:
 
     with sa.create_engine(POSTGRES).begin() as conn:
         conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _drop_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS)
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.unlink(key)
+    client.close()
+
+
+def _redis_up() -> bool:
+    try:
+        import redis
+
+        return bool(redis.Redis.from_url(REDIS).ping())
+    except Exception:
+        return False
 
 
 def _postgres_up() -> bool:
@@ -120,6 +142,8 @@ def _urls(tmp: str, kind: str) -> list[tuple[str, str]]:
     urls = [("sqlite", f"sqlite:///{tmp}/{kind}-{tag}.db")]
     if _postgres_up():
         urls.append(("postgres", f"{POSTGRES}?schema=bench_{kind}_{tag}"))
+    if kind == "store" and _redis_up():
+        urls.append(("redis", f"{REDIS}?prefix=bench-{kind}-{tag}:"))
     return urls
 
 

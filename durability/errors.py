@@ -111,6 +111,11 @@ class CheckpointStoreFormatError(StoreError):
     ``durability store reset URL``."""
 
 
+class StoreNeedsMigration(StoreError):
+    """The store's schema needs a migration that rewrites a large table; run
+    ``durability store migrate URL`` (it shows its plan, reports progress and resumes)."""
+
+
 class StoreUnavailable(StoreError, ConnectionError):
     """The store's backend cannot be reached or dropped the connection mid-operation."""
 

@@ -535,3 +535,37 @@ __all__ = [
     "run_health",
     "sweep_timeline",
 ]
+
+
+# ---------------------------------------------------------------------------- encryption
+
+#: Colours of the encryption view's key statuses.
+KEY_STATUS_COLOURS = {
+    "current": "tab:green",
+    "older": "tab:orange",
+    "missing": "tab:red",
+    "clear": "tab:grey",
+}
+
+
+def encryption(encryption_df: pd.DataFrame, *, title: str = "Encryption coverage") -> Figure:
+    """Rows per key id, coloured by status (``frames.encryption(store)``), with the share of rows
+    encrypted in the title."""
+    if encryption_df.empty:
+        return _no_data(title)
+    percent = encryption_df.attrs.get("percent_encrypted")
+    fig = _figure(title if percent is None else f"{title}: {percent:.1f} % of rows encrypted")
+    ax = fig.axes[0]
+    labels = [str(k) if not pd.isna(k) else "(clear)" for k in encryption_df["key_id"]]
+    colours = [KEY_STATUS_COLOURS.get(str(s), "tab:grey") for s in encryption_df["status"]]
+    ax.barh(labels, encryption_df["rows"].to_numpy(), color=colours)
+    ax.invert_yaxis()
+    ax.set_xlabel("checkpoint rows")
+    ax.set_ylabel("key id")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    from matplotlib.patches import Patch
+
+    shown = set(encryption_df["status"].astype(str))
+    handles = [Patch(color=c, label=s) for s, c in KEY_STATUS_COLOURS.items() if s in shown]
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small")
+    return fig

@@ -41,8 +41,9 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 import durability
-from durability import bundle, frames, plots
+from durability import bundle, frames, plots, tables
 
+tables.init_notebook()  # every table sorts, searches and pages; tables.show adds people's units
 charts = Path(output_dir)
 charts.mkdir(parents=True, exist_ok=True)
 store = durability.open(store_url)
@@ -84,7 +85,7 @@ and whether a run is parked on it.
     code("""
 threads = frames.threads(store)
 print(f"{len(threads)} threads, {int(threads.checkpoints.sum())} checkpoints, {int(threads.size_bytes.sum()):,} bytes")
-threads.sort_values("newest_at", ascending=False).head(15)
+tables.show(threads.sort_values("newest_at", ascending=False), "threads, newest write first")
 """),
     code("""
 # Who owns the threads: runs that minted their thread, conversations, flows and the sessions they own.
@@ -104,12 +105,12 @@ from durability.analyses import charts as analysis_charts
 by_owner, by_runner, by_node = (analyses.bytes_by(store, by) for by in ("owner", "runner", "node"))
 by_key = analyses.bytes_by_state_key(store, sample=200)
 bundle.chart(analysis_charts.where_bytes(by_owner, by_runner, by_node, by_key), "where_bytes", charts)
-by_owner
+tables.show(by_owner, "bytes by owner")
 """),
     code("""
 # The largest threads and checkpoints.
-display(analyses.largest_threads(store, 10))
-analyses.largest_checkpoints(store, 10)
+tables.show(analyses.largest_threads(store, 20), "the largest threads")
+tables.show(analyses.largest_checkpoints(store, 20), "the largest checkpoints")
 """),
     md("""
 ## If this disk died now: restore readiness
@@ -122,8 +123,8 @@ outbox, or quarantined by the plane), or **nothing** (a store never connected to
 ready = analyses.readiness(store)
 ready_by_owner = analyses.readiness_by_owner(ready)
 bundle.chart(analysis_charts.readiness_chart(ready_by_owner), "readiness", charts)
-display(ready_by_owner)
-ready[ready.restorable != "everything"].head(20)
+tables.show(ready_by_owner, "restore readiness by owner")
+tables.show(ready[ready.restorable != "everything"], "threads a restore would not bring back whole")
 """),
     md("""
 ## Runs and how they ended
@@ -205,11 +206,11 @@ lives on) rides out such an outage.
 from durability import simulate
 from durability.settings import parse_duration
 
-checkpoints = frames.checkpoints(store)
-if len(checkpoints):
+written = frames.write_times(store)  # the write times alone: what the replay needs
+if len(written):
     length = parse_duration(outage_length)
-    outage_start = checkpoints.created_at.max().to_pydatetime() - 2 * length
-    outage = simulate.outage_backlog(checkpoints, outage_start, length, drain_rate)
+    outage_start = written.created_at.max().to_pydatetime() - 2 * length
+    outage = simulate.outage_backlog(written, outage_start, length, drain_rate)
     print(simulate.describe_outage(outage))
     bundle.chart(plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"), "outage_backlog", charts)
 else:
@@ -250,6 +251,20 @@ if not problems.empty:
     display(problems.groupby(["severity", "check"], observed=True).size().rename("problems").to_frame())
     display(problems[["check", "severity", "thread_id", "rows", "detail"]].head(10))
 print("repair the safe ones with: durability doctor URL --fix")
+"""),
+    md("""
+## Encryption coverage
+
+A store opened with a keyring (`DURABILITY_ENCRYPTION_KEYS`) seals every checkpoint's state
+(see the encryption guide). This view reads only the envelopes' clear headers, so it needs no
+key: rows and bytes per key id, each *current*, *older* (retired: `durability store reencrypt`
+moves them), *missing* from the keyring, or *clear*.
+"""),
+    code("""
+coverage = frames.encryption(store)
+print(f"{coverage.attrs['percent_encrypted']:.1f} % of rows encrypted; {coverage.attrs['clear_rows']} in clear, {coverage.attrs['retired_rows']} under retired or missing keys")
+display(coverage)
+plots.encryption(coverage)
 """),
     md("""
 ## One thread, step by step
@@ -416,7 +431,7 @@ force can only be judged on the threads still there.
     code("""
 replay = analyses.backtest(store, proposal, in_force=in_force, days=28, now=at)
 bundle.chart(analysis_charts.backtest_chart(replay), "backtest", charts)
-replay.cuts[replay.cuts.policy == proposal.label]
+tables.show(replay.cuts[replay.cuts.policy == proposal.label], "conversations the proposed policy would have cut")
 """),
     md("""
 ## Try values yourself
@@ -498,7 +513,8 @@ else:
         "`durability plane serve --db URL`, make a key with `durability plane keys create`, "
         "put it in the environment variable named by api_key_env and set plane_url here."
     )
-print(f"this store holds {len(list(store.iter_threads()))} threads")
+written = frames.activity(store, "1D")  # counted in the store: one row per day, not per checkpoint
+print(f"this store holds {int(written.checkpoints.sum()):,} checkpoints written on {len(written)} days")
 """),
     md("""
 ## What the plane has that this store lacks

@@ -179,3 +179,91 @@ def test_store_reencrypt_cli_plans_then_applies_without_showing_keys(tmp_path, m
         assert base64.b64encode(K2).decode() not in out
     with durability.open(url, keyring=Keyring({"k2": K2})) as store:
         assert sorted(c.state["n"] for t in ("t0", "t1") for c in store.history(t)) == [0, 1, 2, 3]
+
+
+def test_coverage_view_frames_chart_and_cli(tmp_path, monkeypatch) -> None:
+    """The encryption view counts rows per key id with its status, the frames gain `encrypted`
+    and `key_id`, the chart draws, and `durability store encryption --json` says the same,
+    all without a key (a keyless handle reads the headers)."""
+    import durability
+    from durability import frames, plots
+    from durability.model import Checkpoint
+
+    url = f"sqlite:///{tmp_path / 'cover.db'}"
+    with durability.open(url, keyring=Keyring({"k1": K1})) as store:
+        store.put(Checkpoint(thread_id="a", state={"n": 1}))
+        store.put(Checkpoint(thread_id="b", state={"n": 2}))
+    with durability.open(url) as keyless:
+        keyless.put(Checkpoint(thread_id="b", state={"n": 3}))
+    with durability.open(url, keyring=Keyring({"k2": K2, "k1": K1})) as store:
+        view = frames.encryption(store)
+        assert list(view.columns) == list(frames.COLUMNS["encryption"])
+        assert [
+            (k, s, n)
+            for k, s, n in zip(
+                view["key_id"].fillna("-"), view["status"], view["rows"], strict=True
+            )
+        ] == [
+            ("k1", "older", 2),
+            ("-", "clear", 1),
+        ]
+        assert round(view.attrs["percent_encrypted"], 1) == 66.7
+        cps = frames.checkpoints(store, encryption=True)
+        assert cps["encrypted"].tolist() == [True, True, False]
+        assert cps["key_id"].tolist()[:2] == ["k1", "k1"]
+        threads = frames.threads(store, encryption=True).set_index("thread_id")
+        assert threads.loc["a", "encrypted"]
+        assert not threads.loc["b", "encrypted"]
+        assert threads.loc["a", "key_id"] == "k1"
+        figure = plots.encryption(view)
+        assert "66.7 % of rows encrypted" in figure.texts[0].get_text()
+    monkeypatch.setenv("DURABILITY_ENCRYPTION_KEYS", f"{line('k1', K1)}")
+    result = CliRunner().invoke(cli, ["store", "encryption", url, "--json"])
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.stdout)
+    assert (data["rows"], data["encrypted_rows"], data["clear_rows"]) == (3, 2, 1)
+    assert data["by_key"][0] == {
+        "key_id": "k1",
+        "status": "current",
+        "rows": 2,
+        "bytes": data["by_key"][0]["bytes"],
+    }
+    assert base64.b64encode(K1).decode() not in result.output
+
+
+def test_copy_reseals_what_it_moves(tmp_path) -> None:
+    """A copy under another thread id re-seals the state and pending writes for the new thread
+    (the associated data binds it), and a clear store copied into one that encrypts is sealed."""
+    import durability
+    from durability.crypto import is_sealed
+    from durability.model import Checkpoint, PendingWrite
+    from durability.stores.rows import Select
+
+    ring = Keyring({"k1": K1})
+    src = durability.open(f"sqlite:///{tmp_path / 'src.db'}", keyring=ring)
+    cp = src.put(Checkpoint(thread_id="a", state={"secret": 1}))
+    src.put_writes(
+        [
+            PendingWrite(
+                thread_id="a",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=7,
+            )
+        ]
+    )
+    dst = durability.open("memory://crypt-copy-dst", keyring=ring)
+    durability.copy(src, dst, rename="{thread_id}-copy")
+    latest = dst.latest("a-copy")
+    assert latest is not None
+    assert latest.state == {"secret": 1}
+    assert dst.writes("a-copy", cp.checkpoint_id)[0].value == 7
+    clear = durability.open("memory://crypt-copy-clear")
+    clear.put(Checkpoint(thread_id="b", state={"public": 2}))
+    durability.copy(clear, dst)
+    assert is_sealed(dst._select(Select("b"))[0].state)  # type: ignore[attr-defined]
+    latest = dst.latest("b")
+    assert latest is not None
+    assert latest.state == {"public": 2}

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -87,6 +88,12 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
     store.put(Checkpoint(thread_id="f"))
     store.mark_finished("f")
     expected.add(("finished_past_due", "f"))
+    if store.provider in ("sqlite", "postgres"):  # an outbox record whose checkpoint is gone
+        from durability.stores.sql.schema import outbox_table
+
+        with store.db.write("inject") as conn:  # type: ignore[attr-defined]
+            conn.execute(outbox_table.insert().values(seq=10**9, project_id="", attempts=0))
+        expected.add(("outbox_without_checkpoint", None))
     if store.tombstones is not None:
         store.put(Checkpoint(thread_id="erased"))
         store.tombstones.bury("erased")  # a tombstone, and the rows still there
@@ -120,29 +127,36 @@ def test_every_break_is_found_and_named(store: Store) -> None:
     assert "r1" in by_check["lease_of_ended_run"].detail
     frame = frames.problems(store, now=LATER)
     assert frame.dtypes.astype(str).to_dict() == frames.COLUMNS["problems"]
-    assert set(zip(frame["check"], frame["thread_id"], strict=True)) == expected
+    threads = [None if t is pd.NA else t for t in frame["thread_id"]]
+    assert set(zip(frame["check"], threads, strict=True)) == expected
 
 
 def test_fix_repairs_the_safe_ones_and_deletes_only_with_yes(store: Store) -> None:
     """--fix releases the ended run's lease at once, drops the orphan writes only when deletes
     are allowed, and leaves every problem it has no safe repair for."""
     expected = break_everything(store)
+    sql = store.provider in ("sqlite", "postgres")
     plan = plan_repairs(diagnose(store, now=LATER))
     assert {(s.repair, s.deletes) for s in plan.steps} == {
         ("drop_orphan_writes", True),
         ("release_ended_leases", False),
+        *([("drop_orphan_outbox", False)] if sql else []),
     }
     result = apply_repairs(store, plan)
-    assert result.applied == {"release_ended_leases": 1}
+    assert result.applied == {
+        "release_ended_leases": 1,
+        **({"drop_orphan_outbox": 1} if sql else {}),
+    }
     assert [s.repair for s, _why in result.skipped] == ["drop_orphan_writes"]
     assert store.writes("w", "ghost") != []
-    assert found(store) == expected - {("lease_of_ended_run", "l")}
+    outbox = {("outbox_without_checkpoint", None)}
+    assert found(store) == expected - {("lease_of_ended_run", "l")} - outbox
     result = apply_repairs(store, plan_repairs(diagnose(store, now=LATER)), allow_deletes=True)
     assert result.applied == {"drop_orphan_writes": 1}
     assert store.writes("w", "ghost") == []
     assert store.latest("w") is not None  # the thread's own checkpoint stays
     fixed = {("lease_of_ended_run", "l"), ("writes_without_checkpoint", "w")}
-    assert found(store) == expected - fixed
+    assert found(store) == expected - fixed - outbox
 
 
 def test_what_the_seeds_intend_reports_nothing(store: Store) -> None:

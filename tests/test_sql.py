@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 import durability
-from durability import Checkpoint, PendingWrite
+from durability import Checkpoint
 from durability._util import redact_url
 from durability.errors import (
     CheckpointConflict,
@@ -20,10 +20,19 @@ from durability.errors import (
     StoreUnavailable,
 )
 from durability.settings import Settings
+from durability.stores.rows import PAYLOAD_FIELDS
 from durability.stores.sql import SQLStore
 from durability.stores.sql.engine import enable_wal
-from durability.stores.sql.migrations import MIGRATIONS
-from durability.stores.sql.schema import checkpoint_table, meta_table, migrations_table
+from durability.stores.sql.migrations import MIGRATIONS, migrate
+from durability.stores.sql.schema import (
+    checkpoint_key,
+    checkpoint_table,
+    meta_table,
+    migrations_table,
+    thread_key,
+    write_key,
+    writes,
+)
 
 
 def open_sqlite(path: Path, **options: object) -> SQLStore:
@@ -59,28 +68,46 @@ def test_a_connection_record_from_before_version_6_survives_the_upgrade(tmp_path
 
 
 def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: Path) -> None:
-    """Version 7 swaps the hash-only key indexes for thread-first ones; rows, reads and uniqueness stay."""
+    """A store at version 6 (hash-only key indexes) upgrades through thread-first keys to the
+    rebuilt table of version 15; rows, reads and uniqueness stay, no old index is left."""
     path = tmp_path / "v6.db"
-    with open_sqlite(path) as store:
-        store.put(Checkpoint(thread_id="t", checkpoint_id="c1"))
-        store.put_writes(
-            [
-                PendingWrite(
-                    thread_id="t", checkpoint_id="c1", task_id="k", idx=0, channel="x", value=1
-                )
-            ]
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        migrate(conn, 0, until=6)
+        conn.execute(meta_table.insert().values(key="format_generation", value="1"))
+        conn.execute(
+            checkpoint_table(sa.MetaData(), outbox=True)
+            .insert()
+            .values(
+                tkey=thread_key("t"),
+                ckey=checkpoint_key("t", "", "c1"),
+                **dict.fromkeys(("thread_id", "namespace", "run_id", "runner", "node_id"), ""),
+                **dict.fromkeys(("step", "iteration", "created_at", "size_bytes"), 0),
+                **dict.fromkeys(PAYLOAD_FIELDS, "{}"),
+                checkpoint_id="c1",
+                status="completed",
+                project_id="",
+                synced=True,
+                attempts=0,
+            )
+            .values(thread_id="t")
         )
-    with sqlite3.connect(path) as raw:  # the store as version 6 left it
-        raw.executescript(
-            """
-            DROP INDEX ix_durability_checkpoints_key;
-            DROP INDEX ix_durability_writes_key;
-            CREATE UNIQUE INDEX ix_durability_checkpoints_ckey ON durability_checkpoints (ckey);
-            CREATE INDEX ix_durability_writes_ckey ON durability_writes (ckey);
-            CREATE INDEX ix_durability_writes_thread ON durability_writes (tkey);
-            DELETE FROM durability_migrations WHERE version = 7;
-            """
+        conn.execute(
+            writes.insert().values(
+                wkey=write_key("t", "", "c1", "k", 0),
+                tkey=thread_key("t"),
+                ckey=checkpoint_key("t", "", "c1"),
+                thread_id="t",
+                namespace="",
+                checkpoint_id="c1",
+                task_id="k",
+                idx=0,
+                channel="x",
+                value="1",
+                task_path="",
+            )
         )
+    engine.dispose()
     with open_sqlite(path) as store:
         assert store.get("t", "c1") is not None
         assert [w.value for w in store.writes("t", "c1")] == [1]
@@ -89,9 +116,11 @@ def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: P
         assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
     with sqlite3.connect(path) as raw:
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert {"ix_durability_checkpoints_key", "ix_durability_writes_key"} <= indexes
+    assert {"ix_durability_checkpoints_ids", "ix_durability_writes_key"} <= indexes
     assert not indexes & {
+        "ix_durability_checkpoints_key",
         "ix_durability_checkpoints_ckey",
+        "ix_durability_checkpoints_by_id",
         "ix_durability_writes_ckey",
         "ix_durability_writes_thread",
     }
@@ -173,8 +202,16 @@ def test_a_store_nobody_uses_is_never_touched(tmp_path: Path) -> None:
         ("postgresql://u@h/db", {"single_worker": True}, "single_worker"),
         ("nosuch://x", {}, "unknown scheme"),
         ("memory://", {"single_worker": True}, "memory provider takes no option 'single_worker'"),
-        ("sqlite:///x.db", {"prefix": "p"}, "no option 'prefix'; its options are busy_timeout_ms"),
-        ("redis://localhost", {"schema": "s"}, "no option 'schema'; its options are client"),
+        (
+            "sqlite:///x.db",
+            {"prefix": "p"},
+            "no option 'prefix'; its options are allow_plaintext, busy_timeout_ms",
+        ),
+        (
+            "redis://localhost",
+            {"schema": "s"},
+            "no option 'schema'; its options are allow_plaintext, client",
+        ),
         ("not a url", {}, "give a URL"),
     ],
 )

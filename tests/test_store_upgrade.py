@@ -6,6 +6,7 @@ Postgres gets the same store by replaying versions 1 to 9 and copying the fixtur
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import uuid
@@ -14,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import POSTGRES_URL, postgres_admin
 
 import durability
 from durability import Checkpoint
+from durability.cli import cli
 from durability.clock import to_micros
+from durability.errors import StoreNeedsMigration
 from durability.settings import Settings
-from durability.stores.sql import SQLStore
+from durability.stores.sql import SQLStore, rebuild
 from durability.stores.sql.migrations import MIGRATIONS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store-v9.db"
@@ -135,5 +139,50 @@ def v9_schema() -> Iterator[str]:
 @pytest.mark.postgres
 def test_a_postgres_store_of_version_9_upgrades_in_place(v9_schema: str) -> None:
     with durability.open(POSTGRES_URL, schema=v9_schema, settings=Settings()) as store:
+        assert isinstance(store, SQLStore)
+        check_upgraded(store)
+
+
+def test_a_large_store_waits_for_the_migrate_command_which_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table over the open-time limit is refused at open (unchanged), planned by
+    `durability store migrate --plan`, and rebuilt by the command in batches; a migration
+    stopped after a batch resumes from there."""
+    monkeypatch.setattr(rebuild, "REBUILD_AT_OPEN_ROWS", 5)
+    monkeypatch.setattr(rebuild, "BATCH_ROWS", 3)
+    path = tmp_path / "v9.db"
+    shutil.copy(FIXTURE, path)
+    url = f"sqlite:///{path}"
+    with durability.open(url, settings=Settings()) as store:
+        with pytest.raises(StoreNeedsMigration, match="durability store migrate URL"):
+            store.ready()
+        assert isinstance(store, SQLStore)
+        assert store.applied_migrations() == list(range(1, 10)), "the refusal changed nothing"
+        plan = CliRunner().invoke(cli, ["store", "migrate", url, "--plan", "--json"])
+        assert plan.exit_code == 0, plan.output
+        assert [s["version"] for s in json.loads(plan.output)["pending"]] == [
+            10,
+            11,
+            12,
+            13,
+            14,
+            15,
+        ]
+        assert json.loads(plan.output)["rows"] == 8
+
+        def stop(done: int, total: int) -> None:
+            raise KeyboardInterrupt  # the operator stops it after the first batch
+
+        with pytest.raises(KeyboardInterrupt):
+            store.upgrade(stop)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute(f"SELECT count(*) FROM {rebuild.NEXT}").fetchone() == (3,)
+    result = CliRunner().invoke(cli, ["store", "migrate", url])
+    assert result.exit_code == 0, result.output
+    assert "copied 3 of 5 rows" in result.output, "resumed after the 3 rows copied before the stop"
+    assert "copied 5 of 5 rows" in result.output
+    assert f"schema version {len(MIGRATIONS)}" in result.output
+    with durability.open(url, settings=Settings()) as store:
         assert isinstance(store, SQLStore)
         check_upgraded(store)

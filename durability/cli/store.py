@@ -1,4 +1,4 @@
-"""``durability store reset|thin|compact|reencrypt``."""
+"""``durability store reset|migrate|thin|compact|reencrypt``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,53 @@ def reset(url: str, yes: bool, as_json: bool) -> None:
         print_json({"url": repr(opened), "format_generation": FORMAT_GENERATION})
     else:
         click.echo(f"reset {opened!r}: empty, format generation {FORMAT_GENERATION}")
+
+
+@store.command("migrate")
+@url_argument
+@click.option("--plan", "plan_only", is_flag=True, help="Show what would run; change nothing.")
+@json_option
+def migrate(url: str, plan_only: bool, as_json: bool) -> None:
+    """Apply the pending schema migrations of the store at URL, a table rewrite included.
+
+    Shows its plan first (each pending version, whether it rewrites the checkpoints table and
+    how many rows that copies), then copies the rows in batches, one transaction each, printing
+    its progress: a migration stopped half-way resumes where it stopped when run again. A
+    store that needs a rewrite refuses to open until this has run. Stores without a SQL
+    schema (memory, Redis) have nothing to migrate.
+    """
+    from durability.stores.sql import SQLStore
+
+    with friendly_errors(), open_store(url) as opened:
+        if not isinstance(opened, SQLStore):
+            if as_json:
+                print_json({"url": repr(opened), "pending": []})
+            else:
+                click.echo(f"{opened!r} has no SQL schema: nothing to migrate")
+            return
+        plan = opened.migration_plan()
+        steps = [{"version": v, "name": n, "rewrites_table": r} for v, n, r in plan.steps]
+        if not as_json:
+            click.echo(f"{opened!r}: {len(steps)} pending migration(s)")
+            for step in steps:
+                rewrite = f" (rewrites {plan.rows:,} rows)" if step["rewrites_table"] else ""
+                click.echo(f"  {step['version']}: {step['name']}{rewrite}")
+        if plan_only or not steps:
+            if as_json:
+                print_json({"url": repr(opened), "pending": steps, "rows": plan.rows})
+            return
+
+        def progress(done: int, total: int) -> None:
+            click.echo(f"copied {done:,} of {total:,} rows", err=True)
+
+        opened.upgrade(progress)
+        applied = opened.applied_migrations()
+    if as_json:
+        print_json(
+            {"url": repr(opened), "applied": [s["version"] for s in steps], "now": applied[-1]}
+        )
+    else:
+        click.echo(f"migrated {opened!r} to schema version {applied[-1]}")
 
 
 @store.command("thin")
@@ -192,3 +239,31 @@ def _show_plan(plan: dict[str, Any], as_json: bool) -> None:
         click.echo(
             f"would cross the plane's {plan['cap_bytes']}-byte cap: {len(plan['over_cap'])} rows"
         )
+
+
+@store.command("encryption")
+@url_argument
+@json_option
+def encryption(url: str, as_json: bool) -> None:
+    """Show how much of the store's checkpoint state is encrypted, and under which keys.
+
+    Rows and bytes per key id, each with its status against the keyring in
+    DURABILITY_ENCRYPTION_KEYS: current, older (listed, retired: `durability store reencrypt`
+    moves them), missing (not in the keyring) or clear. Reads the envelopes' clear headers only:
+    no key is needed, and no key is shown.
+    """
+    from durability.crypto.coverage import coverage
+
+    with friendly_errors(), open_store(url) as opened:
+        found = coverage(opened)
+    if as_json:
+        print_json(found.to_json())
+        return
+    click.echo(
+        f"{found.url}: {found.percent_encrypted:.1f} % of {found.rows} rows encrypted; "
+        f"{found.clear_rows} clear, {found.retired_rows} under retired or missing keys"
+        + ("" if found.encrypting else " (opened without a keyring)")
+    )
+    for k in found.by_key:
+        name = "(clear)" if k.key_id is None else k.key_id
+        click.echo(f"  {name:>20}  {k.status:<8} {k.rows:>10} rows {k.bytes:>14} bytes")

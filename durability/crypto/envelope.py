@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import os
+import struct
 import zlib
 
 import orjson
@@ -42,6 +44,7 @@ COMPRESS_FROM = 256
 _INFO = b"durability/thread-key/1\x00"
 _CACHE_LIMIT = 4096
 _B64 = base64.b64encode
+_LENGTHS = struct.Struct(">IIII").pack
 
 
 def hkdf_sha256(key: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
@@ -50,27 +53,23 @@ def hkdf_sha256(key: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes
     return hmac.digest(prk, info + b"\x01", "sha256")[:length]
 
 
-def _lp(part: str) -> bytes:
-    data = part.encode("utf-8", "surrogatepass")
-    return len(data).to_bytes(4, "big") + data
+@functools.lru_cache(maxsize=256)
+def _header(key_id: str, compression: str) -> bytes:
+    parts = [p.encode() for p in (str(ENVELOPE_VERSION), SCHEME, key_id, compression)]
+    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
 
 
 def associated_data(
     key_id: str, compression: str, thread_id: str, namespace: str, checkpoint_id: str, field: str
 ) -> bytes:
-    """What binds a ciphertext to its header and its row: every part length-prefixed."""
+    """What binds a ciphertext to its header and its row: the envelope version, scheme, key id
+    and compression, then the four lengths of thread, namespace, checkpoint id and field, then
+    those texts (so no two rows' associated data can be the same bytes)."""
+    t, n, c, f = (
+        x.encode("utf-8", "surrogatepass") for x in (thread_id, namespace, checkpoint_id, field)
+    )
     return b"".join(
-        _lp(p)
-        for p in (
-            str(ENVELOPE_VERSION),
-            SCHEME,
-            key_id,
-            compression,
-            thread_id,
-            namespace,
-            checkpoint_id,
-            field,
-        )
+        (_header(key_id, compression), _LENGTHS(len(t), len(n), len(c), len(f)), t, n, c, f)
     )
 
 
@@ -159,7 +158,6 @@ class Sealer:
 
     def _unseal(self, text: str, row: tuple[str, str, str, str]) -> tuple[str, str, bytes]:
         """The key id, compression and (still compressed) plaintext of an envelope."""
-        where = row_name(*row)
         try:
             env = orjson.loads(text)
             version, scheme, key_id = env["v"], env["s"], str(env["k"])
@@ -167,21 +165,21 @@ class Sealer:
             compression, sealed = str(env["x"]), base64.b64decode(env["c"])
         except (orjson.JSONDecodeError, KeyError, TypeError, binascii.Error, ValueError):
             raise DecryptionFailed(
-                f"cannot open the {where}: its envelope is damaged (not the layout of version "
+                f"cannot open the {row_name(*row)}: its envelope is damaged (not the layout of version "
                 f"{ENVELOPE_VERSION}); restore the row from a backup or the plane"
             ) from None
         if version != ENVELOPE_VERSION or scheme != SCHEME:
             raise DecryptionFailed(
-                f"cannot open the {where}: it was sealed with envelope version {version!r}, "
+                f"cannot open the {row_name(*row)}: it was sealed with envelope version {version!r}, "
                 f"scheme {str(scheme)[:40]!r}, and this version reads {ENVELOPE_VERSION} "
                 f"({SCHEME}); open it with the version that wrote it"
             )
-        cipher = self._reader(key_id, salt, row[0], where)
+        cipher = self._reader(key_id, salt, row)
         try:
             plain = cipher.decrypt(nonce, sealed, associated_data(key_id, compression, *row))
         except (InvalidTag, ValueError):
             raise DecryptionFailed(
-                f"cannot open the {where}: its ciphertext does not authenticate under key "
+                f"cannot open the {row_name(*row)}: its ciphertext does not authenticate under key "
                 f"{key_id!r} (tampered, damaged, or moved from another row or field); restore "
                 "the row from a backup or the plane"
             ) from None
@@ -199,12 +197,13 @@ class Sealer:
         entry.uses += 1
         return entry.salt, entry.cipher
 
-    def _reader(self, key_id: str, salt: bytes, thread_id: str, where: str) -> AESGCM:
+    def _reader(self, key_id: str, salt: bytes, row: tuple[str, str, str, str]) -> AESGCM:
+        thread_id = row[0]
         cipher = self._readers.get((key_id, salt, thread_id))
         if cipher is None:
             if self.keyring.key(key_id) is None:
                 raise KeyMissing(
-                    f"cannot open the {where}: it is sealed under key {key_id!r}, which the "
+                    f"cannot open the {row_name(*row)}: it is sealed under key {key_id!r}, which the "
                     f"keyring (ids {self.keyring.ids}) does not hold; add that key to "
                     "DURABILITY_ENCRYPTION_KEYS (after the current one) or to the keyring"
                 )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durability._util import chunks, redact_url
+from durability.crypto.coverage import key_rows
 from durability.crypto.format import key_id_of
 from durability.errors import ConfigError, KeyMissing
 from durability.stores.base import Store
@@ -124,23 +125,17 @@ def plan_reencrypt(store: Store, *, cap_bytes: int = PLANE_STATE_CAP) -> Reencry
         )
     current = sealer.keyring.current
     counts: dict[str | None, list[int]] = {}
-    threads: list[str] = []
+    threads: dict[str, None] = {}
     over: list[tuple[str, str, str]] = []
-    for record in store.iter_threads():
-        changed = False
-        for row in store._select(Select(record.thread_id, None)):
-            if not isinstance(row, EncodedCheckpoint):
-                continue
-            key_id, size = key_id_of(row.state), utf8_len(row.state)
-            entry = counts.setdefault(key_id, [0, 0])
-            entry[0], entry[1] = entry[0] + 1, entry[1] + size
-            if key_id != current:
-                changed = True
-                sealed = size if key_id is not None else size * 4 // 3 + _ENVELOPE_OVERHEAD
-                if sealed > cap_bytes:
-                    over.append((row.thread_id, row.namespace, row.checkpoint_id))
-        if changed:
-            threads.append(record.thread_id)
+    for row in key_rows(store):
+        entry = counts.setdefault(row.key_id, [0, 0])
+        entry[0], entry[1] = entry[0] + 1, entry[1] + row.state_bytes
+        if row.key_id != current:
+            threads[row.thread_id] = None
+            size = row.state_bytes
+            sealed = size if row.key_id is not None else size * 4 // 3 + _ENVELOPE_OVERHEAD
+            if sealed > cap_bytes:
+                over.append((row.thread_id, row.namespace, row.checkpoint_id))
     by_key = [
         KeyRows(k, n, b, k == current, k is None or sealer.keyring.key(k) is not None)
         for k, (n, b) in sorted(counts.items(), key=lambda kv: (kv[0] != current, kv[0] or ""))
@@ -152,7 +147,7 @@ def plan_reencrypt(store: Store, *, cap_bytes: int = PLANE_STATE_CAP) -> Reencry
         by_key=by_key,
         rows=sum(k.rows for k in todo),
         bytes=sum(k.bytes for k in todo),
-        threads=threads,
+        threads=list(threads),
         over_cap=over,
         cap_bytes=cap_bytes,
     )

@@ -4,8 +4,10 @@ runs that ended, parks past their deadline, finished marks the sweep should have
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
+from durability.doctor import reads
 from durability.doctor.model import Check, Context
 from durability.doctor.reads import header
 from durability.model import STEP_RUN_END, ThreadRecord
@@ -14,22 +16,12 @@ from durability.stores.rows import Select
 Finding = tuple[str | None, list[Any], str]
 
 
-def _records(ctx: Context, *, empty: bool) -> Iterator[ThreadRecord]:
-    """The records of the threads holding no checkpoint (``empty``) or some, built from the
-    shared sweep read only for the rows asked for."""
-    import numpy as np
-
-    counts = ctx.threads.columns["checkpoints"]
-    for i in np.flatnonzero((counts == 0) if empty else (counts != 0)):
-        yield ctx.threads.record(int(i))
-
-
-def _rows_with(ctx: Context, column: str) -> Iterator[ThreadRecord]:
-    """The records of the threads whose time ``column`` is set (a lease, a due time)."""
-    import numpy as np
-
-    for i in np.flatnonzero(~np.isnat(ctx.threads.columns[column])):
-        yield ctx.threads.record(int(i))
+def _records(ctx: Context, which: str, before: datetime | None = None) -> Iterator[ThreadRecord]:
+    """The records of the ledger threads ``which`` names (see :func:`reads.ledger_threads`)."""
+    for thread_id in reads.ledger_threads(ctx.store, which, before):
+        record = ctx.store.thread(thread_id)
+        if record is not None:
+            yield record
 
 
 def intended_without_rows(record: ThreadRecord, ctx: Context) -> str | None:
@@ -51,7 +43,7 @@ def intended_without_rows(record: ThreadRecord, ctx: Context) -> str | None:
 
 
 def _ledger_orphans(ctx: Context) -> Iterator[Finding]:
-    for record in _records(ctx, empty=True):
+    for record in _records(ctx, "empty"):
         if intended_without_rows(record, ctx) is not None:
             continue
         lease = f", its lease held by {record.lease.holder!r}" if record.lease else ""
@@ -67,9 +59,9 @@ def _ledger_orphans(ctx: Context) -> Iterator[Finding]:
 
 def _park_orphans(ctx: Context) -> Iterator[Finding]:
     assert ctx.store.parks is not None
-    ids, counts = ctx.threads.columns["thread_id"], ctx.threads.columns["checkpoints"]
-    held = set(ids[counts != 0])
-    for park in ctx.store.parks.pending():
+    parks = ctx.store.parks.pending()
+    held = reads.holding(ctx.store, [p.thread_id for p in parks])
+    for park in parks:
         if park.thread_id not in held:
             yield (
                 park.thread_id,
@@ -92,7 +84,7 @@ def _parks_overdue(ctx: Context) -> Iterator[Finding]:
 
 
 def _ended_leases(ctx: Context) -> Iterator[Finding]:
-    for record in _rows_with(ctx, "lease_expires_at"):
+    for record in _records(ctx, "leased"):
         lease = record.lease
         if lease is None or not lease.run_id:
             continue
@@ -108,11 +100,8 @@ def _ended_leases(ctx: Context) -> Iterator[Finding]:
 
 
 def _finished_overdue(ctx: Context) -> Iterator[Finding]:
-    horizon = ctx.now - ctx.overdue
-    for record in _rows_with(ctx, "due_at"):
-        if record.due_at is None or record.due_at > horizon:
-            continue
-        if record.lease is not None and record.lease.live(ctx.now):
+    for record in _records(ctx, "due", ctx.now - ctx.overdue):
+        if record.due_at is None or (record.lease is not None and record.lease.live(ctx.now)):
             continue
         yield (
             record.thread_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from durability.model import STEP_FORK_ORIGIN, Checkpoint
@@ -72,6 +73,47 @@ def _broken_chain(rows: list[tuple[str, str, str | None, str | None]]) -> list[O
             broken.append((ns, cid, parent))
         seen.add(ns)
     return broken
+
+
+def ledger_threads(store: Store, which: str, before: datetime | None = None) -> list[str]:
+    """Ids of ledger threads: ``empty`` (a ledger record, no checkpoint), ``leased`` (a lease
+    recorded) or ``due`` (marked finished, due at or before ``before``)."""
+    if store.provider in SQL_PROVIDERS:
+        return _sql_ledger_threads(store, which, before)
+    import numpy as np
+
+    columns = store.scans.sweep_columns().columns
+    if which == "empty":
+        mask = columns["checkpoints"] == 0
+    elif which == "leased":
+        mask = ~np.isnat(columns["lease_expires_at"])
+    else:
+        assert before is not None
+        due = columns["due_at"]
+        mask = ~np.isnat(due) & (
+            due <= np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
+        )
+    return [str(t) for t in columns["thread_id"][mask]]
+
+
+def holding(store: Store, thread_ids: list[str]) -> set[str]:
+    """Which of these threads hold a checkpoint."""
+    return {t for t in thread_ids if store.has_thread(t)}
+
+
+def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> list[str]:
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import checkpoints, micros, threads
+
+    t, c = threads.c, checkpoints.c
+    clause = {
+        "empty": ~sa.exists().where(c.tkey == t.tkey),
+        "leased": t.lease_holder.isnot(None),
+        "due": t.due_at <= (micros(before) or 0),
+    }[which]
+    with store.db.read("find ledger records to check") as conn:  # type: ignore[attr-defined]
+        return [row[0] for row in conn.execute(sa.select(t.thread_id).where(clause))]
 
 
 # ---------------------------------------------------------------------------- memory
@@ -174,19 +216,23 @@ def _redis_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
     return found
 
 
-def orphan_outbox(store: Store) -> dict[str, list[int]]:
-    """Per Redis thread, the seqs of outbox records (state of a synced row, or of a pending
-    row's document) whose row is gone.
+def orphan_outbox(store: Store) -> dict[str | None, list[int]]:
+    """Outbox records whose row is gone: per Redis thread, the seqs of state records (of a
+    synced row, or of a pending row's document) left without it; on SQL (where outbox and
+    synced records name a seq, not a thread) under ``None``, the seqs of outbox and synced
+    records whose checkpoint is gone.
 
-    A pending row's document (``od``) carries the row itself and outlives the thread's other
-    keys on purpose (a replicating store sends it even after the thread expired); only state
-    records left without their row are reported. SQL stores keep the outbox state on the
-    checkpoint row itself, so it cannot outlive it.
+    A Redis pending row's document (``od``) carries the row itself and outlives the thread's
+    other keys on purpose (a replicating store sends it even after the thread expired); only
+    state records left without their row are reported.
     """
+    if store.provider in SQL_PROVIDERS:
+        seqs = _sql_orphan_outbox(store)
+        return {None: seqs} if seqs else {}
     if store.provider != "redis":
         return {}
     r: Any = store
-    found: dict[str, list[int]] = {}
+    found: dict[str | None, list[int]] = {}
     for tag in sorted(set(redis_tags(store, "sy")) | set(redis_tags(store, "os"))):
         base = f"{r.prefix}{{{tag}}}:"
         pipe = r.client.pipeline(transaction=False)
@@ -203,3 +249,36 @@ def orphan_outbox(store: Store) -> dict[str, list[int]]:
         if stale:
             found[raw_id.decode() if raw_id else tag] = stale
     return found
+
+
+def _sql_orphan_outbox(store: Store) -> list[int]:
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import checkpoints, outbox_table, synced_table
+
+    found: set[int] = set()
+    with store.db.read("find outbox records without their checkpoint") as conn:  # type: ignore[attr-defined]
+        for table in (outbox_table, synced_table):
+            query = sa.select(table.c.seq).where(
+                ~sa.exists().where(checkpoints.c.seq == table.c.seq)
+            )
+            found.update(int(seq) for (seq,) in conn.execute(query))
+    return sorted(found)
+
+
+def drop_orphan_outbox(store: Store, seqs: list[int]) -> int:
+    """Delete SQL outbox and synced records of these seqs whose checkpoint is still gone (checked
+    in the same statement); how many records went."""
+    import sqlalchemy as sa
+
+    from durability._util import chunks
+    from durability.stores.sql.schema import checkpoints, outbox_table, synced_table
+
+    dropped = 0
+    with store.db.write("drop outbox records without their checkpoint") as conn:  # type: ignore[attr-defined]
+        for table in (outbox_table, synced_table):
+            for chunk in chunks(seqs):
+                gone = ~sa.exists().where(checkpoints.c.seq == table.c.seq)
+                result = conn.execute(table.delete().where(table.c.seq.in_(chunk), gone))
+                dropped += int(result.rowcount)
+    return dropped

@@ -8,6 +8,8 @@ repair                    what it does                                          
 ``drop_orphan_writes``    delete pending writes whose checkpoint is gone         yes (--yes)
 ``release_ended_leases``  release a lease still held for a run that ended        no
 ``rebuild_redis_indexes`` re-derive the Redis cross-slot indexes from the keys   no
+``drop_orphan_outbox``    delete SQL outbox and synced records whose checkpoint  no
+                          is gone (nothing to send; Redis: report only)
 ========================  =====================================================  ============
 
 :func:`plan_repairs` is pure: it turns a :class:`~durability.doctor.Diagnosis` into a
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durability.doctor.model import Diagnosis, Problem
+from durability.doctor.reads import SQL_PROVIDERS, drop_orphan_outbox
 from durability.errors import ReadOnlyStoreError
 from durability.stores.rows import Select
 
@@ -103,6 +106,11 @@ def apply_repairs(store: Store, plan: RepairPlan, *, allow_deletes: bool = False
         else:
             chosen[step.repair].append(step)
     for repair, steps in chosen.items():
+        if repair in SQL_ONLY and store.provider not in SQL_PROVIDERS:
+            result.skipped += [
+                (step, f"no safe repair on a {store.provider} store") for step in steps
+            ]
+            continue
         result.applied[repair] = REPAIRS[repair](store, steps)
     return result
 
@@ -149,7 +157,16 @@ def _rebuild_redis_indexes(store: Store, steps: list[RepairStep]) -> int:
     return sum(step.rows for step in steps) if threads else 0
 
 
+def _drop_orphan_outbox(store: Store, steps: list[RepairStep]) -> int:
+    """Delete the outbox and synced records whose checkpoint is still gone (one statement each)."""
+    return drop_orphan_outbox(store, sorted({seq for step in steps for seq in step.keys}))
+
+
+#: The repairs made on SQL stores only (elsewhere their steps are skipped, named).
+SQL_ONLY = frozenset({"drop_orphan_outbox"})
+
 REPAIRS: dict[str, Callable[[Store, list[RepairStep]], int]] = {
+    "drop_orphan_outbox": _drop_orphan_outbox,
     "drop_orphan_writes": _drop_orphan_writes,
     "release_ended_leases": _release_ended_leases,
     "rebuild_redis_indexes": _rebuild_redis_indexes,

@@ -35,7 +35,7 @@ def _missing_parents(ctx: Context) -> Iterator[Finding]:
 
 
 def _orphan_outbox(ctx: Context) -> Iterator[Finding]:
-    for thread_id, seqs in sorted(reads.orphan_outbox(ctx.store).items()):
+    for thread_id, seqs in sorted(reads.orphan_outbox(ctx.store).items(), key=lambda i: i[0] or ""):
         yield (
             thread_id,
             seqs,
@@ -58,8 +58,10 @@ ORPHAN_OUTBOX = Check(
     "warning",
     "outbox records (replication state) of checkpoints the store no longer holds",
     _orphan_outbox,
-    applies=lambda ctx: ctx.store.provider == "redis",
-    unless="SQL stores keep the outbox state on the row itself; memory keeps no outbox",
+    fix="durability doctor {url} --fix",
+    repair="drop_orphan_outbox",
+    applies=lambda ctx: ctx.store.provider in ("redis", *reads.SQL_PROVIDERS),
+    unless="the store keeps no outbox",
 )
 
 MISSING_PARENT = Check(

@@ -22,6 +22,7 @@ frame                     one row per
 :func:`retention`         thread, as :func:`durability.sweep.plan_sweep` would treat it
 :func:`parks`             pending park: deadline and time left
 :func:`erasures`          erased thread (tombstone): when, who, what its receipt removed
+:func:`encryption`        key id: its status against the keyring, rows, bytes, share of rows
 :func:`problems`          problem ``durability doctor`` finds: check, severity, rows, fix
 :func:`runs`              run (local run health); :func:`plane_runs` the same from a plane
 ========================  ===================================================================
@@ -59,6 +60,7 @@ Column notes:
 from __future__ import annotations
 
 from durability.frames.columns import COLUMNS, OUTBOX_STATES, RUN_STATUSES, STATE_COLUMN
+from durability.frames.encryption import ENCRYPTION_COLUMNS, encryption
 from durability.frames.erasures import erasures
 from durability.frames.problems import problems
 from durability.frames.runs import plane_runs, runs
@@ -70,16 +72,19 @@ from durability.frames.store import (
     parks,
     retention,
     threads,
+    write_times,
 )
 
 __all__ = [
     "COLUMNS",
+    "ENCRYPTION_COLUMNS",
     "OUTBOX_STATES",
     "RUN_STATUSES",
     "STATE_COLUMN",
     "activity",
     "backlog",
     "checkpoints",
+    "encryption",
     "erasures",
     "outbox",
     "parks",
@@ -88,4 +93,5 @@ __all__ = [
     "retention",
     "runs",
     "threads",
+    "write_times",
 ]

@@ -85,6 +85,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "sync_error": "string",
         "age": SPAN,
     },
+    "write_times": {
+        "created_at": TIME,
+    },
     "activity": {
         "time": TIME,
         "checkpoints": "int64",
@@ -116,6 +119,13 @@ COLUMNS: dict[str, dict[str, str]] = {
         "pending_writes": "int64",
         "outbox_dropped": "int64",
         "plane": "string",
+    },
+    "encryption": {
+        "key_id": "string",
+        "status": "category",
+        "rows": "int64",
+        "bytes": "int64",
+        "share": "float64",
     },
     "problems": {
         "check": "string",

@@ -47,7 +47,11 @@ if TYPE_CHECKING:
 
 
 def checkpoints(
-    store: Store, *, thread_id: str | None = None, decode_state: bool = False
+    store: Store,
+    *,
+    thread_id: str | None = None,
+    decode_state: bool = False,
+    encryption: bool = False,
 ) -> pd.DataFrame:
     """One row per checkpoint (``COLUMNS["checkpoints"]``), in write order (``seq``).
 
@@ -58,6 +62,8 @@ def checkpoints(
         thread_id: Only this thread's checkpoints.
         decode_state: Add a ``state`` column (object) with each checkpoint's decoded state;
             the only frame option that decodes a payload (it reads every thread's history).
+        encryption: Add ``encrypted`` and ``key_id`` (from the envelopes' clear headers; no
+            key needed).
     """
     names = CHECKPOINT_COLUMNS[:-1]  # all but runner
     cols = collect(store.checkpoint_columns(thread_id, columns=names), names)
@@ -82,14 +88,19 @@ def checkpoints(
     frame = in_write_order(frame)
     if decode_state:
         frame["state"] = _states(store, frame)
+    if encryption:
+        from durability.frames.encryption import with_checkpoint_keys
+
+        frame = with_checkpoint_keys(store, frame, thread_id)
     return frame
 
 
-def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
+def threads(store: Store, now: datetime | None = None, *, encryption: bool = False) -> pd.DataFrame:
     """One row per thread (``COLUMNS["threads"]``), in thread id order.
 
     ``now`` (default: the store's clock) decides which leases are live and which parks unexpired;
     ``unreplicated`` is read from the outbox as it is (it does not depend on ``now``).
+    ``encryption=True`` adds ``encrypted`` (every row sealed) and ``key_id`` (the newest row's).
     """
     at = moment(store, now)
     cols = collect(store.thread_columns(), THREAD_COLUMNS)
@@ -136,6 +147,10 @@ def threads(store: Store, now: datetime | None = None) -> pd.DataFrame:
             "unreplicated": ints([missing.get(t, 0) for t in cols["thread_id"]]),
         }
     )
+    if encryption:
+        from durability.frames.encryption import with_thread_keys
+
+        frame = with_thread_keys(store, frame)
     return in_order(frame, ["thread_id"])
 
 
@@ -173,6 +188,14 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
         }
     )
     return in_order(frame, ["created_at", "thread_id", "seq"])
+
+
+def write_times(store: Store) -> pd.DataFrame:
+    """Every checkpoint's write time and nothing else (``COLUMNS["write_times"]``), in the
+    store's order: what :func:`durability.simulate.outage_backlog` replays, at 8 bytes a row
+    where :func:`checkpoints` keeps a dozen columns of strings."""
+    cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
+    return pd.DataFrame({"created_at": times(cols["created_at"])})
 
 
 def activity(store: Store, width: str = "1D") -> pd.DataFrame:

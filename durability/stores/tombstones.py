@@ -21,12 +21,19 @@ import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from durability._util import redact_url, short
 from durability.errors import ThreadErased
 from durability.model import Tombstone
 from durability.stores.capability import Capability
 from durability.stores.ids import check_id, check_thread
+
+if TYPE_CHECKING:
+    from durability.stores.base import Store
+
+#: Thread hashes a handle keeps at most before it starts over.
+RECENT_HASHES = 4096
 
 #: Bytes of a newly made erasure secret.
 SECRET_BYTES = 32
@@ -61,20 +68,35 @@ class EraseRequest:
 class Tombstones(Capability, ABC):
     """The erased threads of a store, by keyed hash."""
 
-    _secret: bytes | None = None
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self._secret: bytes | None = None
+        #: Recent threads' hashes: a run puts many checkpoints on one thread, and an HMAC costs
+        #: more than the dict look-up (the cache is this process's memory, never stored).
+        self._recent: dict[str, str] = {}
 
     def hash_of(self, thread_id: str) -> str:
         """The keyed hash a tombstone of ``thread_id`` holds in this store."""
+        recent = self._recent
+        found = recent.get(thread_id)
+        if found is not None:
+            return found
         if self._secret is None:
             self.store.ready()  # a backend may read its secret while it sets up
             if self._secret is None:
                 self.remember(self._load_secret())
         assert self._secret is not None
-        return keyed_hash(self._secret, thread_id)
+        if len(recent) >= RECENT_HASHES:
+            recent.clear()
+        digest = recent[thread_id] = keyed_hash(self._secret, thread_id)
+        return digest
 
     def remember(self, secret: str) -> None:
         """Keep the store's erasure secret (hex) for this handle's hashes."""
-        self._secret = bytes.fromhex(secret)
+        key = bytes.fromhex(secret)
+        if key != self._secret:
+            self._secret = key
+            self._recent = {}
 
     def get(self, thread_id: str) -> Tombstone | None:
         """The thread's tombstone, or ``None`` if it was never erased (or was reopened)."""

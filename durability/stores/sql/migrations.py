@@ -9,10 +9,12 @@ find nothing to do there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection as SAConnection
 
+from durability.stores.sql.rebuild import REBUILD_VERSION, refuse_at_open, swap
 from durability.stores.sql.schema import (
     BY_ID_INDEX,
     KEY_INDEXES,
@@ -281,6 +283,15 @@ def _erase_requests(conn: SAConnection) -> None:
     create(conn, erase_requests)
 
 
+def _rebuilt_table(conn: SAConnection) -> None:
+    """Version 15 (SQLite): the checkpoints table rebuilt (see :mod:`.rebuild`): no
+    AUTOINCREMENT counter, one unique index for ids, order and prefix search, no unused
+    columns. Postgres keeps its layout (a sequence never hands a value out twice, and its
+    btree cannot hold a 10 KB id)."""
+    if conn.dialect.name == "sqlite":
+        swap(conn, outbox_triggers(conn))
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -297,19 +308,58 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("outbox history", _outbox_history),
     ("thread id index", _thread_id_index),
     ("erase requests", _erase_requests),
+    ("checkpoints table rebuilt", _rebuilt_table),
 )
 
 
-def migrate(conn: SAConnection, applied_at: int) -> None:
-    """Apply, in order, every migration the store has not recorded (inside ``conn``'s transaction)."""
+def migrate(
+    conn: SAConnection,
+    applied_at: int,
+    *,
+    url: str = "",
+    until: int | None = None,
+    rewrite_large: bool = False,
+) -> None:
+    """Apply, in order, every migration the store has not recorded (inside ``conn``'s
+    transaction), up to version ``until`` when given.
+
+    A migration that rewrites a large table is refused (:class:`StoreNeedsMigration`) unless
+    ``rewrite_large``: ``durability store migrate`` runs it, in batches.
+    """
     create(conn, migrations_table)
     applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
     for version, (name, step) in enumerate(MIGRATIONS, start=1):
-        if version not in applied:
-            step(conn)
-            conn.execute(
-                migrations_table.insert().values(version=version, name=name, applied_at=applied_at)
-            )
+        if until is not None and version > until:
+            return
+        if version in applied:
+            continue
+        if version == REBUILD_VERSION and conn.dialect.name == "sqlite" and not rewrite_large:
+            refuse_at_open(conn, url)
+        step(conn)
+        conn.execute(
+            migrations_table.insert().values(version=version, name=name, applied_at=applied_at)
+        )
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What ``durability store migrate`` would do: the pending versions (version, name, whether
+    it rewrites the checkpoints table) and the rows a rewrite copies."""
+
+    steps: list[tuple[int, str, bool]]
+    rows: int
+
+
+def pending(conn: SAConnection) -> list[tuple[int, str, bool]]:
+    """The migrations the store has not recorded: version, name, whether it rewrites a table."""
+    create(conn, migrations_table)
+    applied = set(conn.execute(sa.select(migrations_table.c.version)).scalars())
+    sqlite = conn.dialect.name == "sqlite"
+    return [
+        (version, name, sqlite and version == REBUILD_VERSION)
+        for version, (name, _step) in enumerate(MIGRATIONS, start=1)
+        if version not in applied
+    ]
 
 
 def _columns_of(conn: SAConnection, table: str) -> set[str]:

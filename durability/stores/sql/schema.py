@@ -37,7 +37,8 @@ migrations_table = sa.Table(
 )
 
 
-def _stored_column(name: str) -> sa.Column[Any]:
+def stored_column(name: str) -> sa.Column[Any]:
+    """The column of one of :data:`STORED_FIELDS`."""
     kind = sa.BigInteger if name in INTEGER_FIELDS or name == "created_at" else sa.Text
     return sa.Column(name, kind, nullable=name in NULLABLE_FIELDS)
 
@@ -49,7 +50,7 @@ def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
         sa.Column("seq", BIGINT, primary_key=True, autoincrement=True),
         sa.Column("tkey", KEY, nullable=False),
         sa.Column("ckey", KEY, nullable=False),
-        *(_stored_column(name) for name in STORED_FIELDS),
+        *(stored_column(name) for name in STORED_FIELDS),
     ]
     if outbox:
         columns += [
@@ -201,6 +202,8 @@ erase_requests = sa.Table(
 
 #: The meta key of the store's erasure secret (kept through a reset: see ``SQLStore._wipe``).
 SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
+#: The meta key of the SQLite store's seq floor: a new seq is above it (see ``rebuild.py``).
+SEQ_FLOOR_KEY = "seq_floor"
 
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 

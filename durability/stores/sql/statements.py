@@ -24,8 +24,10 @@ from durability.stores.rows import (
     Select,
 )
 from durability.stores.sql.schema import (
+    SEQ_FLOOR_KEY,
     checkpoint_key,
     checkpoints,
+    meta_table,
     parks,
     thread_key,
     threads,
@@ -55,8 +57,9 @@ class Statements:
         self.by_id = (
             'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
         )
-        #: ``(tkey, namespace, checkpoint_id)`` is indexed (migration 5, SQLite only).
-        self.id_indexed = dialect.name == "sqlite"
+        #: SQLite's rebuilt table (version 15): ids indexed as they are, ``(thread_id,
+        #: namespace, checkpoint_id)``, and a seq computed above the floor (see ``rebuild.py``).
+        self.sqlite = self.id_indexed = dialect.name == "sqlite"
         names = ", ".join(quote(c) for c in self._INSERTED)
         if dialect.name == "postgresql":  # a SELECT list does not take the columns' types
             marks = ", ".join(
@@ -67,6 +70,8 @@ class Statements:
         #: The erased-thread check rides the insert: no row comes back for a tombstoned thread
         #: (one more index probe; an erase locks the table, so the check cannot race it).
         self.tombstones = table(tombstones)
+        if self.sqlite:
+            names, marks = f"seq, {names}", f"{self._next_seq(table(meta_table))}, {marks}"
         self.insert = (
             f"INSERT INTO {self.table} ({names}) SELECT {marks} WHERE NOT EXISTS "  # noqa: S608
             f"(SELECT 1 FROM {self.tombstones} WHERE ekey = {mark}) RETURNING seq"
@@ -74,10 +79,10 @@ class Statements:
         self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
         #: :attr:`columns` of the checkpoints table aliased ``c`` in a join.
         self.qualified_columns = ", ".join("c." + quote(c) for c in (*STORED_FIELDS, "seq"))
-        self.get = (
-            f"SELECT {self.columns} FROM {self.table} WHERE tkey = {mark} AND ckey = {mark} "  # noqa: S608
-            f"AND thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
-        )
+        by_ids = f"thread_id = {mark} AND namespace = {mark} AND checkpoint_id = {mark}"
+        if not self.sqlite:  # Postgres finds it through the hashes (a 10 KB id is not indexed)
+            by_ids = f"tkey = {mark} AND ckey = {mark} AND {by_ids}"
+        self.get = f"SELECT {self.columns} FROM {self.table} WHERE {by_ids}"  # noqa: S608
         self.write_columns = ", ".join(quote(c) for c in WRITE_FIELDS)
         self.writes_table = table(writes)
         self._cache: dict[tuple[Any, ...], str] = {}
@@ -107,6 +112,21 @@ class Statements:
             "WHERE t.tkey = ids.tkey AND t.thread_id = ids.thread_id"
         )
 
+    def _next_seq(self, meta: str) -> str:
+        """SQLite's next seq: above the newest row and above the floor deletes leave."""
+        return (
+            f"max(coalesce((SELECT max(seq) FROM {self.table}), 0), "  # noqa: S608
+            f"coalesce((SELECT CAST(value AS INTEGER) FROM {meta} WHERE key = '{SEQ_FLOOR_KEY}'), "
+            "0)) + 1"
+        )
+
+    def get_params(self, thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str, ...]:
+        """The parameters of :attr:`get` (on Postgres the two hashes first)."""
+        if self.sqlite:
+            return (thread_id, namespace, checkpoint_id)
+        key = checkpoint_key(thread_id, namespace, checkpoint_id)
+        return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
+
     def select(self, query: Select) -> tuple[str, list[Any]]:
         """The statement and parameters that answer ``query``."""
         if (
@@ -115,7 +135,9 @@ class Statements:
             and query.after_seq is None
             and query.before_id is None
         ):  # one checkpoint by id: through the unique key
-            return self.get, list(get_params(query.thread_id, query.namespace, query.checkpoint_id))
+            return self.get, list(
+                self.get_params(query.thread_id, query.namespace, query.checkpoint_id)
+            )
         params: list[Any] = [thread_key(query.thread_id), query.thread_id]
         for value in (query.namespace, query.checkpoint_id, query.after_seq, query.before_id):
             if value is not None:
@@ -194,12 +216,6 @@ class Statements:
             checkpoint_key(row.thread_id, row.namespace, row.checkpoint_id),
             ekey,
         )
-
-
-def get_params(thread_id: str, namespace: str, checkpoint_id: str) -> tuple[str, ...]:
-    """The parameters of :attr:`Statements.get`: the two hashes, then the ids."""
-    key = checkpoint_key(thread_id, namespace, checkpoint_id)
-    return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
 
 
 def row_values(row: EncodedCheckpoint) -> dict[str, Any]:

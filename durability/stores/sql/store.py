@@ -33,11 +33,13 @@ from durability.stores.sql.engine import (
     reconnecting,
 )
 from durability.stores.sql.ledger import SQLLedger, SQLParks, lease_of
-from durability.stores.sql.migrations import migrate
+from durability.stores.sql.migrations import MigrationPlan, migrate, pending
 from durability.stores.sql.outbox import SQLOutbox
+from durability.stores.sql.rebuild import REBUILD_VERSION, Progress, rebuild_in_batches, rows_left
 from durability.stores.sql.scans import SQLScans
 from durability.stores.sql.schema import (
     SECRET_KEY,
+    SEQ_FLOOR_KEY,
     checkpoint_key,
     checkpoints,
     connections,
@@ -60,7 +62,6 @@ from durability.stores.sql.schema import (
 from durability.stores.sql.statements import (
     Statements,
     encoded,
-    get_params,
     padded_size,
     row_values,
     write_values,
@@ -134,16 +135,42 @@ class SQLStore(Store):
 
     def _setup(self) -> None:
         with self.db.write("set up the store") as conn:
-            if self.provider == "postgres":
-                # Serialise concurrent setups of the same schema.
-                conn.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                    {"k": int(hash_of("durability-setup", self.options.schema or "")[:15], 16)},
-                )
-                if self.options.schema:
-                    conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
-            migrate(conn, to_micros(self.clock()))
+            self._migrate_in(conn)
             self.tombstones.remember(self.tombstones.secret_in(conn))
+
+    def _migrate_in(self, conn: SAConnection, **how: Any) -> None:
+        """Create the schema if missing and apply what is pending (``how``: see ``migrate``)."""
+        if self.provider == "postgres":
+            # Serialise concurrent setups of the same schema.
+            conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                {"k": int(hash_of("durability-setup", self.options.schema or "")[:15], 16)},
+            )
+            if self.options.schema:
+                conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.options.schema}"')
+        migrate(conn, to_micros(self.clock()), url=self.url, **how)
+
+    def migration_plan(self) -> MigrationPlan:
+        """The migrations the store has not recorded, and how many rows a rewrite would copy."""
+        with self.db.write("plan the migrations") as conn:
+            steps = pending(conn) if self._has_schema(conn) else []
+            rewrites = any(rewrite for _v, _n, rewrite in steps)
+            rows = rows_left(conn) if rewrites else 0
+        return MigrationPlan(steps, rows)
+
+    def _has_schema(self, conn: SAConnection) -> bool:
+        return sa.inspect(conn).has_table(checkpoints.name, schema=self.options.schema)
+
+    def upgrade(self, progress: Progress | None = None) -> None:
+        """Apply every pending migration, a table rewrite included: its rows are copied in
+        batches, one transaction each (``progress`` is called after each), so a killed
+        upgrade resumes where it stopped; then one transaction swaps the tables."""
+        with self.db.write("migrate the store") as conn:
+            self._migrate_in(conn, until=REBUILD_VERSION - 1)
+        if self.db.sqlite and REBUILD_VERSION not in self.applied_migrations():
+            rebuild_in_batches(self.db, progress)
+        with self.db.write("migrate the store") as conn:
+            self._migrate_in(conn, rewrite_large=True)
 
     def applied_migrations(self) -> list[int]:
         """The migration versions recorded in the store."""
@@ -187,8 +214,10 @@ class SQLStore(Store):
                 outbox_history,
             ):
                 conn.execute(table.delete())
-            # The erasure secret stays: other handles on the store hold it already.
-            conn.execute(meta_table.delete().where(meta_table.c.key != SECRET_KEY))
+            # The erasure secret stays (other handles hold it already), and the seq floor.
+            conn.execute(
+                meta_table.delete().where(meta_table.c.key.notin_((SECRET_KEY, SEQ_FLOOR_KEY)))
+            )
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -242,14 +271,9 @@ class SQLStore(Store):
             if all(s is not None for s in found):
                 return [s for s in found if s is not None]
         try:
-            if len(rows) == 1:
-                first = rows[0]
-                ekey = self.tombstones.hash_of(first.thread_id)
-                params = self.sql.insert_params(first, ekey)
-                seq = conn.exec_driver_sql(self.sql.insert, params).scalar()
-                if seq is None:
-                    raise self.tombstones.refusal(first.thread_id, "put a checkpoint")
-                seqs = [int(seq)]
+            if len(rows) == 1 or self.db.sqlite:
+                # SQLite: one statement per row, each taking its seq above the floor.
+                seqs = [self._insert_one(conn, row) for row in rows]
             else:
                 values = [row_values(r) for r in rows]
                 seqs = [int(s) for s in conn.execute(_INSERT_MANY, values).scalars()]
@@ -270,10 +294,17 @@ class SQLStore(Store):
                 conn.execute(outbox_table.delete().where(outbox_table.c.seq.in_(chunk)))
         return seqs
 
+    def _insert_one(self, conn: SAConnection, row: EncodedCheckpoint) -> int:
+        params = self.sql.insert_params(row, self.tombstones.hash_of(row.thread_id))
+        seq = conn.exec_driver_sql(self.sql.insert, params).scalar()
+        if seq is None:
+            raise self.tombstones.refusal(row.thread_id, "put a checkpoint")
+        return int(seq)
+
     def _stored_copy(self, conn: SAConnection, row: EncodedCheckpoint) -> int | None:
         """The seq of a stored row identical to ``row`` (a write that landed), else ``None``."""
         found = conn.exec_driver_sql(
-            self.sql.get, get_params(row.thread_id, row.namespace, row.checkpoint_id)
+            self.sql.get, self.sql.get_params(row.thread_id, row.namespace, row.checkpoint_id)
         ).first()
         if found is None:
             return None
@@ -333,29 +364,24 @@ class SQLStore(Store):
 
     @reconnecting
     def _reseal(self, changes: Sequence[Reseal]) -> None:
+        m = self.sql.mark  # a driver-level statement: SQLAlchemy's compile cost more than the row
         statement = (
-            checkpoints.update()
-            .where(
-                checkpoints.c.ckey == sa.bindparam("k"),
-                checkpoints.c.thread_id == sa.bindparam("t"),
-                checkpoints.c.state == sa.bindparam("old"),
-            )
-            .values(
-                state=sa.bindparam("new"), size_bytes=checkpoints.c.size_bytes + sa.bindparam("d")
-            )
+            f"UPDATE {self.sql.table} SET state = {m}, size_bytes = size_bytes + {m} "  # noqa: S608
+            f"WHERE tkey = {m} AND ckey = {m} AND thread_id = {m} AND state = {m}"
         )
         params = [
-            {
-                "k": checkpoint_key(c.thread_id, c.namespace, c.checkpoint_id),
-                "t": c.thread_id,
-                "old": c.old,
-                "new": c.new,
-                "d": c.delta,
-            }
+            (
+                c.new,
+                c.delta,
+                thread_key(c.thread_id),
+                checkpoint_key(c.thread_id, c.namespace, c.checkpoint_id),
+                c.thread_id,
+                c.old,
+            )
             for c in changes
         ]
         with self.db.write("re-encrypt checkpoints") as conn:
-            conn.execute(statement, params)
+            conn.exec_driver_sql(statement, params)
 
     def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
         thread_id, namespace, checkpoint_id = address

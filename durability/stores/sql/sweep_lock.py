@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import sweep_lock_table, thread_key
 from durability.stores.sweep_lock import LOCK_TTL, Holder, SweepLock
 
@@ -30,20 +31,30 @@ class SQLSweepLock(SweepLock):
     def _table(self) -> Any:
         return sweep_lock_table
 
+    @reconnecting  # a dropped session took its advisory lock with it: taking again is sound
     def _take(self) -> Holder | None:
         table = self._table()
         with self.store.db.errors("take the sweep lock"):
             if self.postgres:
-                name = f"durability-sweep-lock:{self.store.options.schema or ''}"
-                key = int(thread_key(name)[:15], 16)  # one lock per schema of the database
-                session = self.engine.connect()
-                if not session.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar():
-                    session.close()
-                    return self._current(table) or Holder("an unknown host", 0, time.time(), "")
-                self._session, self._key = session, key
-                self._write(table, None)
-                return None
+                return self._take_advisory(table)
             return self._claim(table)
+
+    def _take_advisory(self, table: Any) -> Holder | None:
+        name = f"durability-sweep-lock:{self.store.options.schema or ''}"
+        key = int(thread_key(name)[:15], 16)  # one lock per schema of the database
+        session = self.engine.connect()
+        try:
+            if not session.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar():
+                session.close()
+                return self._current(table) or Holder("an unknown host", 0, time.time(), "")
+            self._write(table, session)
+        except BaseException:
+            # Discarded, not pooled: its server session ends and takes the lock with it.
+            session.invalidate()
+            session.close()
+            raise
+        self._session, self._key = session, key
+        return None
 
     def _claim(self, table: Any) -> Holder | None:
         with self.store.db.write("take the sweep lock") as conn:
