@@ -11,7 +11,10 @@ parents, status, every payload, run ends (they are checkpoints), pending writes,
 stores keep a ledger — the run start, declared retention and finished mark with their times.
 Leases and parks are not copied (a lease belongs to a live process; a park to the store whose
 workers resume it). Between two durability stores rows are copied as the codec keeps them,
-never decoded; from a foreign store they are mapped (see its reader) and encoded once.
+never decoded; from a foreign store they are mapped (see its reader) and encoded once. Sealed
+states and write values (customer-held encryption) are re-sealed when a copy renames the thread
+(their associated data binds it), and clear ones are sealed when the destination encrypts
+(:func:`durability.stores.sealing.carry_checkpoint`).
 
 Per thread, against the destination:
 
@@ -41,6 +44,7 @@ from durability.model import Checkpoint, PendingWrite, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import Store
 from durability.stores.rows import EncodedCheckpoint, EncodedWrite, Select
+from durability.stores.sealing import carry_checkpoint, carry_write
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -305,12 +309,24 @@ def _copy_thread(
         chunk = rows[start : start + chunk_size]
         keys = [(r.namespace, r.checkpoint_id) for r in chunk]
         writes = [w for ws in src._select_writes(row.thread_id, keys).values() for w in ws]
-        _put_writes(dst, writes, row.target)
-        _put_checkpoints(dst, chunk, row.target)
+        _put_writes(dst, _carried(src, dst, writes, row.target), row.target)
+        _put_checkpoints(dst, _carried(src, dst, chunk, row.target), row.target)
         written[0] += len(chunk)
         written[1] += len(writes)
         bar.update(len(chunk))
     return written[0], written[1]
+
+
+def _carried(src: Store, dst: Store, rows: Sequence[Any], target: str) -> list[Any]:
+    """Stored rows (checkpoints or writes) as the destination keeps them (re-sealed if needed)."""
+    return [
+        carry_checkpoint(src, dst, r, target)
+        if isinstance(r, EncodedCheckpoint)
+        else carry_write(src, dst, r, target)
+        if isinstance(r, EncodedWrite)
+        else r
+        for r in rows
+    ]
 
 
 def _put_checkpoints(dst: Store, chunk: Sequence[Any], target: str) -> None:

@@ -205,11 +205,11 @@ lives on) rides out such an outage.
 from durability import simulate
 from durability.settings import parse_duration
 
-checkpoints = frames.checkpoints(store)
-if len(checkpoints):
+written = frames.write_times(store)  # the write times alone: what the replay needs
+if len(written):
     length = parse_duration(outage_length)
-    outage_start = checkpoints.created_at.max().to_pydatetime() - 2 * length
-    outage = simulate.outage_backlog(checkpoints, outage_start, length, drain_rate)
+    outage_start = written.created_at.max().to_pydatetime() - 2 * length
+    outage = simulate.outage_backlog(written, outage_start, length, drain_rate)
     print(simulate.describe_outage(outage))
     bundle.chart(plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"), "outage_backlog", charts)
 else:
@@ -512,7 +512,8 @@ else:
         "`durability plane serve --db URL`, make a key with `durability plane keys create`, "
         "put it in the environment variable named by api_key_env and set plane_url here."
     )
-print(f"this store holds {len(list(store.iter_threads()))} threads")
+written = frames.activity(store, "1D")  # counted in the store: one row per day, not per checkpoint
+print(f"this store holds {int(written.checkpoints.sum()):,} checkpoints written on {len(written)} days")
 """),
     md("""
 ## What the plane has that this store lacks

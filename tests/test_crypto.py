@@ -229,3 +229,41 @@ def test_coverage_view_frames_chart_and_cli(tmp_path, monkeypatch) -> None:
         "bytes": data["by_key"][0]["bytes"],
     }
     assert base64.b64encode(K1).decode() not in result.output
+
+
+def test_copy_reseals_what_it_moves(tmp_path) -> None:
+    """A copy under another thread id re-seals the state and pending writes for the new thread
+    (the associated data binds it), and a clear store copied into one that encrypts is sealed."""
+    import durability
+    from durability.crypto import is_sealed
+    from durability.model import Checkpoint, PendingWrite
+    from durability.stores.rows import Select
+
+    ring = Keyring({"k1": K1})
+    src = durability.open(f"sqlite:///{tmp_path / 'src.db'}", keyring=ring)
+    cp = src.put(Checkpoint(thread_id="a", state={"secret": 1}))
+    src.put_writes(
+        [
+            PendingWrite(
+                thread_id="a",
+                checkpoint_id=cp.checkpoint_id,
+                task_id="t",
+                idx=0,
+                channel="c",
+                value=7,
+            )
+        ]
+    )
+    dst = durability.open("memory://crypt-copy-dst", keyring=ring)
+    durability.copy(src, dst, rename="{thread_id}-copy")
+    latest = dst.latest("a-copy")
+    assert latest is not None
+    assert latest.state == {"secret": 1}
+    assert dst.writes("a-copy", cp.checkpoint_id)[0].value == 7
+    clear = durability.open("memory://crypt-copy-clear")
+    clear.put(Checkpoint(thread_id="b", state={"public": 2}))
+    durability.copy(clear, dst)
+    assert is_sealed(dst._select(Select("b"))[0].state)  # type: ignore[attr-defined]
+    latest = dst.latest("b")
+    assert latest is not None
+    assert latest.state == {"public": 2}

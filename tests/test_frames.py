@@ -475,6 +475,13 @@ def test_backlog_counts_pending_rows_at_each_instant(fleet: Fleet) -> None:
     assert default["time"].iloc[0] == pd.Timestamp(T0).floor("1D")
 
 
+def test_write_times_are_every_checkpoints_created_at_alone(fleet: Fleet) -> None:
+    """The replay's input: one column, each checkpoint's write time."""
+    frame = frames.write_times(fleet.store)
+    assert_columns(frame, "write_times")
+    assert sorted(frame["created_at"]) == sorted(pd.Timestamp(c.created_at) for c in fleet.rows())
+
+
 def test_activity_counts_checkpoints_and_bytes_per_bucket_in_the_store(fleet: Fleet) -> None:
     """One row per hour holding a checkpoint: the rows written then and their bytes."""
     frame = frames.activity(fleet.store, "1h")

@@ -72,6 +72,7 @@ from durability.frames.store import (
     parks,
     retention,
     threads,
+    write_times,
 )
 
 __all__ = [
@@ -92,4 +93,5 @@ __all__ = [
     "retention",
     "runs",
     "threads",
+    "write_times",
 ]

@@ -85,6 +85,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "sync_error": "string",
         "age": SPAN,
     },
+    "write_times": {
+        "created_at": TIME,
+    },
     "activity": {
         "time": TIME,
         "checkpoints": "int64",

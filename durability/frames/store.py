@@ -190,6 +190,14 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
     return in_order(frame, ["created_at", "thread_id", "seq"])
 
 
+def write_times(store: Store) -> pd.DataFrame:
+    """Every checkpoint's write time and nothing else (``COLUMNS["write_times"]``), in the
+    store's order: what :func:`durability.simulate.outage_backlog` replays, at 8 bytes a row
+    where :func:`checkpoints` keeps a dozen columns of strings."""
+    cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
+    return pd.DataFrame({"created_at": times(cols["created_at"])})
+
+
 def activity(store: Store, width: str = "1D") -> pd.DataFrame:
     """Checkpoints written and their bytes per time bucket (``COLUMNS["activity"]``), counted
     in the store (:meth:`~durability.stores.scans.Scans.checkpoint_buckets`): one row per

@@ -19,7 +19,7 @@ Rows of foreign stores (another tool's format, read in place) are never sealed a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from durability._util import redact_url, short
@@ -111,6 +111,66 @@ def open_write(store: Store, row: WriteRow, action: str) -> PendingWrite:
     return row.decode()
 
 
+def carry_checkpoint(
+    src: Store, dst: Store, row: EncodedCheckpoint, target: str
+) -> EncodedCheckpoint:
+    """``row`` as a copy into ``dst`` under the thread id ``target`` keeps it: a sealed state is
+    re-sealed for its new thread (its associated data binds the old one), a clear state is
+    sealed when ``dst`` encrypts; anything else is carried as it is (a re-encryption can move it
+    under ``dst``'s current key later)."""
+    text, renamed = row.state, target != row.thread_id
+    ids = (target, row.namespace, row.checkpoint_id, "state")
+    if text.startswith(ENVELOPE_PREFIX):
+        if not renamed:
+            return replace(row, seq=None)
+        opener = src.sealer or dst.sealer
+        if opener is None or dst.sealer is None:
+            raise _encrypted(
+                src,
+                "copy a sealed checkpoint to another thread id",
+                row.thread_id,
+                row.checkpoint_id,
+                text,
+            )
+        new = dst.sealer.seal(opener.open(text, *_ids(row, "state")), *ids)
+    elif dst.sealer is not None:
+        new = dst.sealer.seal(text, *ids)
+    else:
+        return replace(row, thread_id=target, seq=None)
+    size = row.size_bytes + utf8_len(new) - utf8_len(text)
+    return replace(row, thread_id=target, seq=None, state=new, size_bytes=size)
+
+
+def carry_write(src: Store, dst: Store, row: EncodedWrite, target: str) -> EncodedWrite:
+    """A pending write as :func:`carry_checkpoint` carries a checkpoint."""
+    text, field = row.value, write_field(row.task_id, row.idx)
+    ids = (target, row.namespace, row.checkpoint_id, field)
+    if text.startswith(ENVELOPE_PREFIX):
+        if target == row.thread_id:
+            return row
+        opener = src.sealer or dst.sealer
+        if opener is None or dst.sealer is None:
+            raise _encrypted(
+                src,
+                "copy a sealed pending write to another thread id",
+                row.thread_id,
+                row.checkpoint_id,
+                text,
+            )
+        value = dst.sealer.seal(
+            opener.open(text, row.thread_id, row.namespace, row.checkpoint_id, field), *ids
+        )
+    elif dst.sealer is not None:
+        value = dst.sealer.seal(text, *ids)
+    else:
+        return replace(row, thread_id=target)
+    return replace(row, thread_id=target, value=value)
+
+
+def _ids(row: EncodedCheckpoint, field: str) -> tuple[str, str, str, str]:
+    return (row.thread_id, row.namespace, row.checkpoint_id, field)
+
+
 def _encrypted(
     store: Store, action: str, thread_id: str, checkpoint_id: str, text: str
 ) -> StateEncrypted:
@@ -136,6 +196,8 @@ def _clear(
 
 __all__ = [
     "Reseal",
+    "carry_checkpoint",
+    "carry_write",
     "open_checkpoint",
     "open_write",
     "seal_checkpoint",
