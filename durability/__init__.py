@@ -35,6 +35,9 @@ def open(url: str | None = None, **options: Any) -> Store:
     Options: ``settings`` (a :class:`durability.settings.Settings`; default from the
     environment), ``clock`` (a callable returning an aware UTC datetime) and provider options
     such as ``single_worker=True`` (SQLite), ``schema=`` (Postgres) or ``prefix=`` (Redis).
+    ``keyring`` (a :class:`durability.crypto.Keyring`; default ``DURABILITY_ENCRYPTION_KEYS``)
+    seals every state and pending-write value; ``allow_plaintext=True`` lets a store that
+    encrypts read rows still held in clear (a migration).
     """
     from durability.settings import Settings
     from durability.stores import open_store
