@@ -271,7 +271,8 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
     target: StoreTarget, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against a real plane: rows drained for real are whole; rows marked synced by hand (the
-    plane never got them) are named, thread by thread; a row deleted locally is not a gap."""
+    plane never got them) are named, thread by thread; a row deleted locally is not a gap;
+    --fix re-queues the missing rows (SQL) and the next drain makes the replica whole."""
     with target.open(settings=SETTINGS) as store:
         if store.outbox is None:
             assert "replica_short" in diagnose(store).skipped
@@ -288,20 +289,41 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
         short.append(store.put(Checkpoint(thread_id="short", checkpoint_id="s1")))
         store.outbox.mark_synced([(c.thread_id, c.seq) for c in short])  # type: ignore[misc]
         replica = Replica.of(PlaneClient(plane.url, plane.key, http=plane.http()))
-        problems = diagnose(store, plane=replica).problems
+        diagnosis = diagnose(store, plane=replica)
+        problems = diagnosis.problems
+        monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "doctor",
+                target.url,
+                "--plane",
+                plane.url,
+                "--api-key-env",
+                "DOCTOR_TEST_KEY",
+                "--json",
+            ],
+        )
+        assert result.exit_code == 1, result.output
+        assert plane.key not in result.output
+        assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
+        repaired = apply_repairs(store, plan_repairs(diagnosis))
+        if store.provider == "redis":
+            assert [why for _s, why in repaired.skipped] == ["no safe repair on a redis store"] * 2
+        else:  # re-queued, sent again by the next drain: the replica is whole
+            assert repaired.applied == {"requeue_missing_rows": 2}
+            assert {e.checkpoint_id for e in store.outbox(state="pending")} == {"w4", "s1"}
+            connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+            deadline = time.monotonic() + 15
+            while store.outbox(state="pending") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            disconnect(store, timeout=5)
+            assert diagnose(store, plane=replica).problems == []
     assert {(p.check, p.thread_id, p.rows) for p in problems} == {
         ("replica_short", "short", 1),
         ("replica_short", "whole", 1),
     }
     assert all("'w4'" in p.detail or "'s1'" in p.detail for p in problems)
-    monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
-    result = CliRunner().invoke(
-        cli,
-        ["doctor", target.url, "--plane", plane.url, "--api-key-env", "DOCTOR_TEST_KEY", "--json"],
-    )
-    assert result.exit_code == 1, result.output
-    assert plane.key not in result.output
-    assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
 
 
 def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
