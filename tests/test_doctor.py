@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -409,3 +410,22 @@ def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
         assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
         kinds = {key[0] for key in problems[0].keys}
         assert kinds == {"write", "blob"}
+
+
+def test_a_flows_owned_session_threads_on_a_per_run_store_are_not_breaks(store: Store) -> None:
+    """A real flow whose agent ran on a per-run store: the deployment's ledger marks the owned
+    session thread it holds no checkpoint of (seed 004), and neither store reports a break."""
+    from durability.runs import AgentNode, Flow, Runner
+
+    agents = durability.open(
+        f"memory://agents-{uuid.uuid4().hex}", settings=SETTINGS, clock=store.clock
+    )
+    triage = Runner("triage", [("classify", lambda s, c: {**s, "category": "billing"})])
+    flow = Flow("support", [AgentNode("triage", triage, "{flow_run_id}-triage", store=agents)])
+    result = flow.start(store, {"customer": "c-1"}, thread_id="session-1", deployment_store=store)
+    owned = store.thread(f"{result.run_id}-triage")
+    assert owned is not None
+    assert owned.finished
+    assert owned.checkpoints == 0
+    assert found(store, now=T0 + timedelta(hours=1)) == set()
+    assert found(agents, now=T0 + timedelta(hours=1)) == set()
