@@ -155,3 +155,28 @@ def test_a_plane_without_the_route_keeps_its_copy(tmp_path: Path) -> None:
             assert store.tombstones.requests() == []
     finally:
         bare.stop()
+
+
+def test_cli_erases_on_the_plane_it_finds_like_restore(
+    tmp_path: Path, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`threads erase --yes --json` finds the plane as `restore` does; the receipt shows it gone."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durability.cli import cli
+
+    key = _erase_key(plane)
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with durability.open(url, settings=Settings()) as store:
+        _replicate(store, plane, key, "t-cli")
+    monkeypatch.setenv("DURABILITY_PLANE_URL", plane.url)
+    monkeypatch.setenv("DURABILITY_PLANE_API_KEY", key)
+    done = CliRunner().invoke(cli, ["threads", "erase", url, "t-cli", "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    receipt = json.loads(done.output)
+    assert receipt["plane"]["status"] == ERASED
+    assert receipt["store"]["checkpoints"] == 3
+    assert key not in done.output
+    assert plane.ids_on_plane("t-cli") == []
