@@ -185,8 +185,8 @@ def test_cli_erases_on_the_plane_it_finds_like_restore(
 def test_plane_erasure_on_postgres() -> None:
     """A Postgres plane erases under its table lock, idempotently, and refuses the thread after."""
     import sqlalchemy as sa
-
     from conftest import POSTGRES_URL, postgres_admin
+
     from durability.plane import PlaneStorage
     from durability.plane.app import Plane
 
