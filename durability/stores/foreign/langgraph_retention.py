@@ -561,22 +561,29 @@ def thin_points(
     store: LangGraphStore, chosen: set[str] | None
 ) -> Iterator[tuple[str, list[tuple[str, str, datetime | None, int, str, bool]]]]:
     """Per thread, its checkpoints in write order for thinning: namespace, id, time (from the
-    id), stored bytes, ``keep-previous`` for a pre-v4 checkpoint (its parent holds its pending
-    sends; Postgres only, where the format is readable), and whether it marks delta channels."""
+    id), stored bytes, ``keep-previous`` when its parent holds pending sends it reads (a
+    ``__pregel_tasks`` write, and on Postgres a checkpoint older than format 4, as
+    LangGraph's prune checks; SQLite keeps msgpack, so there any such parent is kept), and
+    whether it marks delta channels."""
     store.ready()
     if store.dialect == "sqlite":
         sql = (
             "SELECT thread_id, checkpoint_ns, checkpoint_id, coalesce(length(checkpoint), 0) + "
-            "coalesce(length(metadata), 0), 0, json_extract(CAST(metadata AS TEXT), "
-            "'$.counters_since_delta_snapshot') IS NOT NULL FROM checkpoints "
-            "ORDER BY thread_id, rowid"
+            "coalesce(length(metadata), 0), EXISTS (SELECT 1 FROM writes AS w WHERE "
+            "w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND "
+            "w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '__pregel_tasks'), "
+            "json_extract(CAST(metadata AS TEXT), '$.counters_since_delta_snapshot') IS NOT NULL "
+            "FROM checkpoints AS c ORDER BY thread_id, rowid"
         )
     else:
         sql = (
             "SELECT thread_id, checkpoint_ns, checkpoint_id, pg_column_size(checkpoint) + "  # noqa: S608
-            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4, "
-            "metadata ? 'counters_since_delta_snapshot' "
-            f'FROM {store.table("checkpoints")} ORDER BY thread_id, checkpoint_id COLLATE "C"'
+            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4 AND EXISTS ("
+            f"SELECT 1 FROM {store.table('checkpoint_writes')} AS w WHERE w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.parent_checkpoint_id "
+            "AND w.channel = '__pregel_tasks'), metadata ? 'counters_since_delta_snapshot' "
+            f"FROM {store.table('checkpoints')} AS c "
+            'ORDER BY thread_id, checkpoint_id COLLATE "C"'
         )
     with store.read("read checkpoints to thin") as conn:
         rows = conn.exec_driver_sql(sql).all()
