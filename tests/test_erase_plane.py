@@ -180,3 +180,42 @@ def test_cli_erases_on_the_plane_it_finds_like_restore(
     assert receipt["store"]["checkpoints"] == 3
     assert key not in done.output
     assert plane.ids_on_plane("t-cli") == []
+
+
+def test_plane_erasure_on_postgres() -> None:
+    """A Postgres plane erases under its table lock, idempotently, and refuses the thread after."""
+    import sqlalchemy as sa
+    from conftest import POSTGRES_URL, postgres_admin
+
+    from durability.plane import PlaneStorage
+    from durability.plane.app import Plane
+
+    admin = postgres_admin()
+    assert isinstance(admin, sa.Engine)
+    schema = f"test_plane_{uuid.uuid4().hex[:10]}"
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        storage = PlaneStorage(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
+        tenant = storage.authenticate(
+            storage.create_key("d", "p", entitled=True, can_erase=True).api_key
+        )
+        assert tenant is not None
+        assert tenant.can_erase
+        item = {"resource_type": "agent", "node_id": "n", "status": "completed"}
+        rows = [
+            Plane(storage).validate({**item, "checkpoint_id": f"c{n}", "execution_id": "e"})
+            for n in range(2)
+        ]
+        storage.insert(tenant, rows)
+        first, second = storage.erase(tenant, "e"), storage.erase(tenant, "e")
+        assert (first.removed, first.already_erased) == (2, False)
+        assert (second.removed, second.already_erased) == (0, True)
+        assert storage.erased(tenant, ["e", "other"]) == {"e"}
+        storage.insert(tenant, rows)  # an ingest racing the erase: its rows go in its transaction
+        assert storage.count(tenant) == 0
+        storage.close()
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.dispose()
