@@ -16,6 +16,7 @@ from durability.model import Checkpoint
 from durability.plane import serve_in_thread
 from durability.replication import PlaneClient, connect, disconnect, drain_once, erase_thread
 from durability.replication.erasure import ERASED, QUEUED, REMAINS
+from durability.replication.status import outbox_status
 from durability.restore import plan_restore
 from durability.runs.inventory import locate_thread
 from durability.settings import Settings
@@ -82,6 +83,7 @@ def test_plane_down_until_after_the_erasure(
             receipt = erase_thread(store, "t-down", client=gone)
         assert receipt.plane["status"] == QUEUED
         assert receipt.outbox["pending_dropped"] == [unsent.checkpoint_id]
+        assert [r.erasures for r in outbox_status(store)] == [1]
         assert store.tombstones is not None
         assert [r.project_id for r in store.tombstones.requests()] == [""]
         assert len(plane.ids_on_plane("t-down")) == 3  # the plane has not heard yet
