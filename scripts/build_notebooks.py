@@ -434,6 +434,21 @@ bundle.chart(analysis_charts.backtest_chart(replay), "backtest", charts)
 tables.show(replay.cuts[replay.cuts.policy == proposal.label], "conversations the proposed policy would have cut")
 """),
     md("""
+## Thin instead of delete
+
+Deleting a due thread frees all of it; thinning keeps every thread resumable and drops only its
+older history (the latest checkpoint and what it references stay; rows the plane does not have
+yet stay). The bars compare what the sweep in force would free with what thinning every thread
+to its latest checkpoint would (`durability store thin URL` applies it, plan first).
+"""),
+    code("""
+from durability.sweep.thin import thin_vs_delete
+
+savings = thin_vs_delete(store, keep_latest=1, settings=settings, now=at)
+bundle.chart(analysis_charts.thin_vs_delete_chart(savings), "thin_vs_delete", charts)
+tables.show(savings.sort_values("thin_frees", ascending=False).head(20), "threads thinning frees most")
+"""),
+    md("""
 ## Try values yourself
 
 Move the sliders (days) and the date: the summary, the chart and the table of what a sweep

@@ -180,6 +180,33 @@ def backtest_chart(result: Backtest) -> Figure:
     return fig
 
 
+def thin_vs_delete_chart(savings: pd.DataFrame, keep_latest: int = 1) -> Figure:
+    """Bytes freed by the sweep under the policy in force (deleting the due threads) beside
+    bytes freed by thinning every thread to its latest ``keep_latest`` checkpoints, a proposal
+    that keeps each thread resumable (:func:`durability.sweep.thin.thin_vs_delete`'s frame)."""
+    title = "Delete or thin: the bytes each frees"
+    if savings.empty:
+        return plots._no_data(title, f"{plots.NO_DATA}: the store holds no thread")
+    deleted, thinned = int(savings["delete_frees"].sum()), int(savings["thin_frees"].sum())
+    due = int((savings["delete_frees"] > 0).sum())
+    names = [
+        vocabulary.policy_role(f"delete the {due:,} due threads", vocabulary.IN_FORCE),
+        vocabulary.policy_role(f"thin all to the latest {keep_latest}", vocabulary.PROPOSED),
+    ]
+    unit, size = plots.bytes_unit(max(deleted, thinned, 1))
+    fig = plots._figure(title, height=2.2)
+    ax = fig.axes[0]
+    colours = [vocabulary.policy_colour(vocabulary.IN_FORCE)]
+    colours.append(vocabulary.policy_colour(vocabulary.PROPOSED))
+    ax.barh(names[::-1], [thinned / size, deleted / size], color=colours[::-1])
+    for y, freed in enumerate((thinned, deleted)):
+        ax.text(freed / size, y, f" {format_bytes(freed)}", va="center", fontsize="small")
+    ax.set_xlabel(f"bytes freed ({unit})")
+    if not deleted and not thinned:
+        ax.set_title("nothing to free: no thread is due and none has more history", color="grey")
+    return fig
+
+
 def _legend_below(fig: Figure, ax: Axes) -> None:
     """The legend of ``ax`` under the figure's axes, in one row: next to the data it names,
     over none of it."""
