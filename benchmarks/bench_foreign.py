@@ -335,6 +335,11 @@ def copy_bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- report
 
 
+def _load(r: dict[str, Any]) -> str:
+    load = r.get("load")
+    return "load average not recorded" if load is None else f"load average {load:.1f} at the start"
+
+
 def _rate(n: float, s: float) -> str:
     return f"{n / s:,.0f}"
 
@@ -348,8 +353,8 @@ def report(r: dict[str, Any]) -> str:
         f"Python {r['python']}, SQLite {r['sqlite']}, langgraph-checkpoint "
         f"{r['langgraph-checkpoint']} (-sqlite {r.get('langgraph-checkpoint-sqlite', '?')}, "
         f"-postgres {r.get('langgraph-checkpoint-postgres', '?')}); 2 cores shared with other "
-        f"helpers' test runs (load average {r['load']:.1f} at the start): read the ratios. One "
-        "run per figure (no medians: the session's time allowed one).",
+        f"helpers' test runs ({_load(r)}): read the ratios. One run per figure (no medians: the "
+        "session's time allowed one).",
         "",
         "Data: a template of threads written by the real `PostgresSaver` / `SqliteSaver` "
         "(`put`, `put_writes`: 5 checkpoints of ~400 B of chat state and one pending write per "

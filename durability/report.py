@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: Longest table the page shows (the rest is counted, not listed).
-MAX_ROWS = 50
+MAX_ROWS = 500
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
@@ -38,6 +38,8 @@ h1 { font-size: 1.6rem; } h2 { margin-top: 2.5rem; border-bottom: 1px solid #ddd
 table { border-collapse: collapse; font-size: 0.85rem; margin: 0.8rem 0; }
 th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: left; }
 th { background: #f4f4f4; } img { max-width: 100%; margin: 0.8rem 0; }
+caption { caption-side: top; font-weight: bold; text-align: left; padding: 0.4rem 0; }
+.dt-container { margin: 0.8rem 0 1.6rem; }
 .note { color: #555; }
 """
 
@@ -51,14 +53,13 @@ class Section:
     parts: list[str] = field(default_factory=list)
 
     def table(self, frame: pd.DataFrame, caption: str = "") -> None:
-        more = len(frame) - MAX_ROWS
-        from durability.tables import readable
+        """A sortable, searchable, paged table (:func:`durability.tables.html`) of at most
+        :data:`MAX_ROWS` rows; the rest are counted."""
+        from durability import tables
 
-        shown = readable(frame.head(MAX_ROWS))
-        body = shown.to_html(index=False, na_rep="", border=0, escape=True)
-        note = f'<p class="note">… and {more} more rows</p>' if more > 0 else ""
-        head = f"<h3>{html.escape(caption)}</h3>" if caption else ""
-        self.parts.append(head + body + note)
+        more = len(frame) - MAX_ROWS
+        note = f'<p class="note">… and {more:,} more rows</p>' if more > 0 else ""
+        self.parts.append(tables.html(frame.head(MAX_ROWS), caption or None) + note)
 
     def note(self, text: str) -> None:
         self.parts.append(f'<p class="note">{html.escape(text)}</p>')
@@ -84,6 +85,12 @@ class _Page:
         fig.savefig(self.out / f"{name}.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
         section.parts.append(f'<img src="{name}.png" alt="{html.escape(alt)}">')
+
+
+def _tables_head() -> str:
+    from durability import tables
+
+    return tables.page_head()
 
 
 def write_report(
@@ -283,7 +290,7 @@ def write_report(
     title = f"durability report: {redact_url(store.url)}"
     path.write_text(
         "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style>{_tables_head()}</head><body>"
         f"<h1>{html.escape(title)}</h1>"
         f'<p class="note">as of {at:%Y-%m-%d %H:%M} UTC</p>'
         + "".join(sec.html() for sec in page.sections)

@@ -1,7 +1,11 @@
-"""Frames for people to read: sizes as ``1.2 MiB``, ages as ``3d 4h``, times to the minute.
+"""Tables people can work with: sortable, searchable, paged, in people's units.
 
-:func:`readable` is what the static report and the notebooks' displayed tables show; the frames
-themselves (and every ``--json``) keep the numbers, so a table can still be sorted and summed.
+:func:`html` turns a frame into an interactive table (itables / DataTables) for the static
+report, :func:`show` displays one in a notebook, and :func:`readable` is the plain copy with
+people's units. In the interactive tables the cells keep their numbers, so a column sorts by
+value, while the page shows ``1.2 MiB``, ``3d 4h`` and ids cut to their first characters (the
+full id in the cell's tooltip, and found by the search box). The columns that matter come
+first (:data:`FIRST`). The frames themselves, and every ``--json``, keep the numbers.
 """
 
 from __future__ import annotations
@@ -17,10 +21,76 @@ try:
 except ModuleNotFoundError as exc:  # the notebook extra
     raise missing_extra(exc, "durability.tables") from exc
 
+#: Columns shown first, in this order, when a frame has them.
+FIRST = (
+    "thread_id",
+    "owner",
+    "runner",
+    "node",
+    "key",
+    "policy",
+    "role",
+    "day",
+    "status",
+    "restorable",
+    "action",
+    "horizon",
+    "state",
+    "size_bytes",
+    "checkpoints",
+    "threads",
+)
+#: An id longer than this is shown cut, with the full id in its tooltip.
+ID_SHOWN = 8
+#: Rows per page of an interactive table.
+PAGE_LENGTH = 10
+
+_BYTES_JS = """
+function (data, type) {
+  if (type !== 'display' || data === null || data === undefined || data === '') return data;
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let size = Math.abs(Number(data)), unit = 0;
+  while (size >= 1024 && unit < units.length - 1) { size /= 1024; unit += 1; }
+  const sign = Number(data) < 0 ? '-' : '';
+  return unit === 0 ? sign + Math.trunc(size) + ' B' : sign + size.toFixed(1) + ' ' + units[unit];
+}"""
+_AGE_JS = """
+function (data, type) {
+  if (type !== 'display' || data === null || data === undefined || data === '') return data;
+  let left = Math.trunc(Math.abs(Number(data)));
+  const parts = [];
+  for (const [unit, span] of [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]]) {
+    const count = Math.trunc(left / span);
+    left -= count * span;
+    if (count || (unit === 's' && parts.length === 0)) parts.push(count + unit);
+    if (parts.length === 2) break;
+  }
+  return (Number(data) < 0 ? 'in ' : '') + parts.join(' ');
+}"""
+_ID_JS = """
+function (data, type) {
+  if (type !== 'display' || data === null || data === undefined) return data;
+  const text = String(data);
+  if (text.length <= LONGEST) return text;
+  const esc = (s) => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;');
+  return '<span title="' + esc(text) + '">' + esc(text.slice(0, SHOWN)) + '…</span>';
+}""".replace("LONGEST", str(ID_SHOWN + 4)).replace("SHOWN", str(ID_SHOWN))
+
 
 def is_bytes_column(name: str) -> bool:
     """A column holding byte counts: ``bytes``, ``size_bytes``, ``kept_bytes`` …"""
     return name == "bytes" or name.endswith("_bytes") or name.startswith("bytes_")
+
+
+def is_id_column(name: str) -> bool:
+    """A column holding ids: ``thread_id``, ``checkpoint_id``, ``up_to_checkpoint`` …"""
+    return name.endswith("_id") or name == "up_to_checkpoint"
+
+
+def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the :data:`FIRST` columns it has first, the others after, in order."""
+    first = [c for c in FIRST if c in frame.columns]
+    return frame[first + [c for c in frame.columns if c not in first]]
 
 
 def _cell(value: Any, render: Any) -> Any:
@@ -45,4 +115,109 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-__all__ = ["is_bytes_column", "readable"]
+def interactive(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The frame an interactive table holds, and its DataTables ``columnDefs``.
+
+    Columns are :func:`ordered`; times become ``YYYY-MM-DD HH:MM`` text (which sorts as time),
+    durations seconds (shown as ages), statuses the one vocabulary, missing values empty; byte
+    counts stay numbers shown in binary units, ids stay whole and show cut.
+    """
+    from itables import JavascriptFunction
+
+    out = ordered(frame).reset_index(drop=True).copy()
+    renders: dict[str, str] = {}
+    for name in out.columns:
+        column, key = out[name], str(name)
+        if pd.api.types.is_timedelta64_dtype(column):
+            out[name] = column.dt.total_seconds()
+            renders[key] = _AGE_JS
+        elif pd.api.types.is_datetime64_any_dtype(column):
+            out[name] = [_cell(v, lambda t: t.strftime("%Y-%m-%d %H:%M")) for v in column]
+        elif is_bytes_column(key) and pd.api.types.is_numeric_dtype(column):
+            renders[key] = _BYTES_JS
+        elif is_id_column(key):
+            out[name] = column.astype("string").fillna("")
+            renders[key] = _ID_JS
+        elif key == "status" or isinstance(column.dtype, pd.CategoricalDtype):
+            out[name] = [status_word(str(v)) if pd.notna(v) else "" for v in column]
+    names = [str(c) for c in out.columns]
+    defs = [
+        {"targets": [names.index(name)], "render": JavascriptFunction(js)}
+        for name, js in renders.items()
+    ]
+    return out, defs
+
+
+def _options(defs: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    """itables options: every table searchable; page controls once it has several pages."""
+    paged = rows > PAGE_LENGTH
+    return {
+        "columnDefs": defs,
+        "pageLength": PAGE_LENGTH,
+        "lengthMenu": [10, 25, 100, 500],
+        "layout": {
+            "topStart": "pageLength" if paged else None,
+            "topEnd": "search",
+            "bottomStart": "info" if paged else None,
+            "bottomEnd": "paging" if paged else None,
+        },
+        "maxBytes": 0,
+        "showIndex": False,
+        "classes": "display nowrap compact",
+        # A click anywhere on a header sorts (itables otherwise keeps the title's text
+        # selectable and sorts on the arrow only).
+        "text_in_header_can_be_selected": False,
+    }
+
+
+def page_head() -> str:
+    """The script and style every page of interactive tables needs once, inline (the page
+    works offline)."""
+    import itables
+    from itables.javascript import generate_init_offline_itables_html
+
+    bundle = itables.__file__.rsplit("/", 1)[0] + "/html/dt_bundle.js"
+    return str(generate_init_offline_itables_html(bundle))
+
+
+def html(frame: pd.DataFrame, caption: str | None = None) -> str:
+    """An interactive table of ``frame`` for a page that has :func:`page_head` (see
+    :func:`interactive`)."""
+    from itables import to_html_datatable
+
+    data, defs = interactive(frame)
+    return str(
+        to_html_datatable(data, caption=caption, connected=False, **_options(defs, len(data)))
+    )
+
+
+def init_notebook() -> None:
+    """Make every DataFrame a notebook displays a sortable, searchable, paged table (offline:
+    the page needs no network); :func:`show` adds people's units and cut ids."""
+    import itables
+
+    itables.init_notebook_mode(all_interactive=True, connected=False)
+
+
+def show(frame: pd.DataFrame, caption: str | None = None) -> None:
+    """Display ``frame`` in a notebook as a sortable, searchable, paged table in people's
+    units (after :func:`init_notebook`)."""
+    import itables
+
+    data, defs = interactive(frame)
+    itables.show(data, caption=caption, connected=False, **_options(defs, len(data)))
+
+
+__all__ = [
+    "FIRST",
+    "PAGE_LENGTH",
+    "html",
+    "init_notebook",
+    "interactive",
+    "is_bytes_column",
+    "is_id_column",
+    "ordered",
+    "page_head",
+    "readable",
+    "show",
+]

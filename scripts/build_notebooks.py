@@ -41,8 +41,9 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 import durability
-from durability import bundle, frames, plots
+from durability import bundle, frames, plots, tables
 
+tables.init_notebook()  # every table sorts, searches and pages; tables.show adds people's units
 charts = Path(output_dir)
 charts.mkdir(parents=True, exist_ok=True)
 store = durability.open(store_url)
@@ -84,7 +85,7 @@ and whether a run is parked on it.
     code("""
 threads = frames.threads(store)
 print(f"{len(threads)} threads, {int(threads.checkpoints.sum())} checkpoints, {int(threads.size_bytes.sum()):,} bytes")
-threads.sort_values("newest_at", ascending=False).head(15)
+tables.show(threads.sort_values("newest_at", ascending=False), "threads, newest write first")
 """),
     code("""
 # Who owns the threads: runs that minted their thread, conversations, flows and the sessions they own.
@@ -104,12 +105,12 @@ from durability.analyses import charts as analysis_charts
 by_owner, by_runner, by_node = (analyses.bytes_by(store, by) for by in ("owner", "runner", "node"))
 by_key = analyses.bytes_by_state_key(store, sample=200)
 bundle.chart(analysis_charts.where_bytes(by_owner, by_runner, by_node, by_key), "where_bytes", charts)
-by_owner
+tables.show(by_owner, "bytes by owner")
 """),
     code("""
 # The largest threads and checkpoints.
-display(analyses.largest_threads(store, 10))
-analyses.largest_checkpoints(store, 10)
+tables.show(analyses.largest_threads(store, 20), "the largest threads")
+tables.show(analyses.largest_checkpoints(store, 20), "the largest checkpoints")
 """),
     md("""
 ## If this disk died now: restore readiness
@@ -122,8 +123,8 @@ outbox, or quarantined by the plane), or **nothing** (a store never connected to
 ready = analyses.readiness(store)
 ready_by_owner = analyses.readiness_by_owner(ready)
 bundle.chart(analysis_charts.readiness_chart(ready_by_owner), "readiness", charts)
-display(ready_by_owner)
-ready[ready.restorable != "everything"].head(20)
+tables.show(ready_by_owner, "restore readiness by owner")
+tables.show(ready[ready.restorable != "everything"], "threads a restore would not bring back whole")
 """),
     md("""
 ## Runs and how they ended
@@ -430,7 +431,7 @@ force can only be judged on the threads still there.
     code("""
 replay = analyses.backtest(store, proposal, in_force=in_force, days=28, now=at)
 bundle.chart(analysis_charts.backtest_chart(replay), "backtest", charts)
-replay.cuts[replay.cuts.policy == proposal.label]
+tables.show(replay.cuts[replay.cuts.policy == proposal.label], "conversations the proposed policy would have cut")
 """),
     md("""
 ## Try values yourself

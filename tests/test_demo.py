@@ -3,6 +3,7 @@ lost and restored: every kind of run and outbox state the bundle explains is in 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from durability.cli import cli
 from durability.clock import FrozenClock
 from durability.demo import (
     CONVERSATIONS,
+    DEMO_DAYS,
     DEMO_START,
     DEMO_STATE_CAP,
     INGESTS,
@@ -100,13 +102,19 @@ def test_fleet_replicates_quarantines_and_restores(tmp_path: Path) -> None:
 
 
 def test_demo_command_reports_runs(tmp_path: Path) -> None:
-    """`durability demo --no-notebooks --json` builds the fleet and counts runs and outbox rows."""
-    result = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path), "--no-notebooks", "--json"])
+    """`durability demo --no-notebooks --json` builds the fleet and counts runs and outbox rows;
+    its progress goes to stderr, never into the JSON."""
+    args = ["--days", str(DEMO_DAYS), "--threads", "30"]  # a small fleet: CI stays fast
+    result = CliRunner().invoke(
+        cli, ["demo", "--out", str(tmp_path), "--no-notebooks", "--json", *args]
+    )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
+    assert "conversation turns" in result.stderr, "progress, on stderr"
     assert data["parks"] == 5
-    assert set(data["runs"]) == {"completed", "failed", "parked"}
-    assert data["outbox"]["quarantined"] == 3 * len(INGESTS)
+    assert set(data["runs"]) == {"completed", "failed", "parked"}, "a turn is a completed run"
+    assert data["threads"] > 30
+    assert data["outbox"]["quarantined"] >= 3 * len(INGESTS)
     assert data["outbox"]["pending"] > 0
     assert len(data["lost_threads"]) == 4
     assert data["notebooks"] == []
@@ -139,7 +147,7 @@ def test_report_writes_the_charts_and_tables_as_a_static_page(
         "the quarantined rows with the plane's reason"
     )
     assert "failed runs by reason" in page
-    assert "<td>cancelled</td>" in page
+    assert '\\"cancelled\\"' in page, "a cell of the failed-runs table (its JSON data)"
     assert "durability outbox release" in page
     assert "a 3d outage from " in page
     images = sorted(p.name for p in out.glob("*.png"))
@@ -206,3 +214,44 @@ def test_python_dash_m_durability_is_the_command_line() -> None:
     ).stdout
     for command in ("demo", "lab", "report"):
         assert f"  {command} " in out, out
+
+
+def test_background_traffic_has_the_shapes_of_a_real_fleet() -> None:
+    """Weekdays busier than weekends, a few burst days, heavy-tailed sizes with multi-MiB
+    attachments, idle gaps from under an hour to weeks; written in time order with owners
+    and finished marks."""
+    import statistics
+
+    from durability.clock import FrozenClock
+    from durability.demo.traffic import ATTACHMENTS, OWNER, Traffic
+
+    start = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
+    traffic = Traffic(start, 56, 400)
+    firsts = [t.at for t in traffic.turns if t.index == 0]
+    weekday = sum(d.weekday() < 5 for d in firsts) / 5
+    weekend = sum(d.weekday() >= 5 for d in firsts) / 2
+    assert weekday > 1.8 * weekend, (weekday, weekend)
+    grows = sorted({(t.thread, t.grow) for t in traffic.turns})
+    sizes = [g for _, g in grows]
+    assert max(sizes) > 10 * statistics.median(sizes), "heavy-tailed growth"
+    assert sum(t.attachment for t in traffic.turns) == ATTACHMENTS
+    by_thread: dict[int, list[datetime]] = {}
+    for t in traffic.turns:
+        by_thread.setdefault(t.thread, []).append(t.at)
+    gaps = [b - a for times in by_thread.values() for a, b in itertools.pairwise(times)]
+    assert min(gaps) < timedelta(hours=1)
+    assert max(gaps) > timedelta(days=14)
+    clock = FrozenClock(start)
+    with durability.open("memory://traffic", clock=clock) as store:
+        half = start + timedelta(days=28)
+        clock.set(half)
+        written = traffic.write_until(store, half)
+        assert written == 2 * sum(t.at <= half for t in traffic.turns), "a reply and a run end"
+        clock.set(start + timedelta(days=60))
+        assert written + traffic.write_until(store, clock()) == 2 * len(traffic.turns)
+        records = list(store.iter_threads())
+        assert len(records) == len(by_thread)
+        assert {r.owner for r in records} == {OWNER}
+        assert sum(r.finished_at is not None for r in records) == len(traffic.finished)
+        largest = max(r.size_bytes for r in records)
+        assert largest > 3 * 1024 * 1024, "an attachment makes a multi-MiB checkpoint"

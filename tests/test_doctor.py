@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -271,7 +272,8 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
     target: StoreTarget, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Against a real plane: rows drained for real are whole; rows marked synced by hand (the
-    plane never got them) are named, thread by thread; a row deleted locally is not a gap."""
+    plane never got them) are named, thread by thread; a row deleted locally is not a gap;
+    --fix re-queues the missing rows (SQL) and the next drain makes the replica whole."""
     with target.open(settings=SETTINGS) as store:
         if store.outbox is None:
             assert "replica_short" in diagnose(store).skipped
@@ -288,20 +290,41 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
         short.append(store.put(Checkpoint(thread_id="short", checkpoint_id="s1")))
         store.outbox.mark_synced([(c.thread_id, c.seq) for c in short])  # type: ignore[misc]
         replica = Replica.of(PlaneClient(plane.url, plane.key, http=plane.http()))
-        problems = diagnose(store, plane=replica).problems
+        diagnosis = diagnose(store, plane=replica)
+        problems = diagnosis.problems
+        monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "doctor",
+                target.url,
+                "--plane",
+                plane.url,
+                "--api-key-env",
+                "DOCTOR_TEST_KEY",
+                "--json",
+            ],
+        )
+        assert result.exit_code == 1, result.output
+        assert plane.key not in result.output
+        assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
+        repaired = apply_repairs(store, plan_repairs(diagnosis))
+        if store.provider == "redis":
+            assert [why for _s, why in repaired.skipped] == ["no safe repair on a redis store"] * 2
+        else:  # re-queued, sent again by the next drain: the replica is whole
+            assert repaired.applied == {"requeue_missing_rows": 2}
+            assert {e.checkpoint_id for e in store.outbox(state="pending")} == {"w4", "s1"}
+            connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+            deadline = time.monotonic() + 15
+            while store.outbox(state="pending") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            disconnect(store, timeout=5)
+            assert diagnose(store, plane=replica).problems == []
     assert {(p.check, p.thread_id, p.rows) for p in problems} == {
         ("replica_short", "short", 1),
         ("replica_short", "whole", 1),
     }
     assert all("'w4'" in p.detail or "'s1'" in p.detail for p in problems)
-    monkeypatch.setenv("DOCTOR_TEST_KEY", plane.key)
-    result = CliRunner().invoke(
-        cli,
-        ["doctor", target.url, "--plane", plane.url, "--api-key-env", "DOCTOR_TEST_KEY", "--json"],
-    )
-    assert result.exit_code == 1, result.output
-    assert plane.key not in result.output
-    assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
 
 
 def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
@@ -387,3 +410,22 @@ def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
         assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
         kinds = {key[0] for key in problems[0].keys}
         assert kinds == {"write", "blob"}
+
+
+def test_a_flows_owned_session_threads_on_a_per_run_store_are_not_breaks(store: Store) -> None:
+    """A real flow whose agent ran on a per-run store: the deployment's ledger marks the owned
+    session thread it holds no checkpoint of (seed 004), and neither store reports a break."""
+    from durability.runs import AgentNode, Flow, Runner
+
+    agents = durability.open(
+        f"memory://agents-{uuid.uuid4().hex}", settings=SETTINGS, clock=store.clock
+    )
+    triage = Runner("triage", [("classify", lambda s, c: {**s, "category": "billing"})])
+    flow = Flow("support", [AgentNode("triage", triage, "{flow_run_id}-triage", store=agents)])
+    result = flow.start(store, {"customer": "c-1"}, thread_id="session-1", deployment_store=store)
+    owned = store.thread(f"{result.run_id}-triage")
+    assert owned is not None
+    assert owned.finished
+    assert owned.checkpoints == 0
+    assert found(store, now=T0 + timedelta(hours=1)) == set()
+    assert found(agents, now=T0 + timedelta(hours=1)) == set()

@@ -16,6 +16,7 @@ from durability.model import Checkpoint
 from durability.plane import serve_in_thread
 from durability.replication import PlaneClient, connect, disconnect, drain_once, erase_thread
 from durability.replication.erasure import ERASED, QUEUED, REMAINS
+from durability.replication.status import outbox_status
 from durability.restore import plan_restore
 from durability.runs.inventory import locate_thread
 from durability.settings import Settings
@@ -82,6 +83,7 @@ def test_plane_down_until_after_the_erasure(
             receipt = erase_thread(store, "t-down", client=gone)
         assert receipt.plane["status"] == QUEUED
         assert receipt.outbox["pending_dropped"] == [unsent.checkpoint_id]
+        assert [r.erasures for r in outbox_status(store)] == [1]
         assert store.tombstones is not None
         assert [r.project_id for r in store.tombstones.requests()] == [""]
         assert len(plane.ids_on_plane("t-down")) == 3  # the plane has not heard yet
@@ -155,3 +157,67 @@ def test_a_plane_without_the_route_keeps_its_copy(tmp_path: Path) -> None:
             assert store.tombstones.requests() == []
     finally:
         bare.stop()
+
+
+def test_cli_erases_on_the_plane_it_finds_like_restore(
+    tmp_path: Path, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`threads erase --yes --json` finds the plane as `restore` does; the receipt shows it gone."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durability.cli import cli
+
+    key = _erase_key(plane)
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with durability.open(url, settings=Settings()) as store:
+        _replicate(store, plane, key, "t-cli")
+    monkeypatch.setenv("DURABILITY_PLANE_URL", plane.url)
+    monkeypatch.setenv("DURABILITY_PLANE_API_KEY", key)
+    done = CliRunner().invoke(cli, ["threads", "erase", url, "t-cli", "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    receipt = json.loads(done.output)
+    assert receipt["plane"]["status"] == ERASED
+    assert receipt["store"]["checkpoints"] == 3
+    assert key not in done.output
+    assert plane.ids_on_plane("t-cli") == []
+
+
+def test_plane_erasure_on_postgres() -> None:
+    """A Postgres plane erases under its table lock, idempotently, and refuses the thread after."""
+    import sqlalchemy as sa
+    from conftest import POSTGRES_URL, postgres_admin
+
+    from durability.plane import PlaneStorage
+    from durability.plane.app import Plane
+
+    admin = postgres_admin()
+    assert isinstance(admin, sa.Engine)
+    schema = f"test_plane_{uuid.uuid4().hex[:10]}"
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        storage = PlaneStorage(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
+        tenant = storage.authenticate(
+            storage.create_key("d", "p", entitled=True, can_erase=True).api_key
+        )
+        assert tenant is not None
+        assert tenant.can_erase
+        item = {"resource_type": "agent", "node_id": "n", "status": "completed"}
+        rows = [
+            Plane(storage).validate({**item, "checkpoint_id": f"c{n}", "execution_id": "e"})
+            for n in range(2)
+        ]
+        storage.insert(tenant, rows)
+        first, second = storage.erase(tenant, "e"), storage.erase(tenant, "e")
+        assert (first.removed, first.already_erased) == (2, False)
+        assert (second.removed, second.already_erased) == (0, True)
+        assert storage.erased(tenant, ["e", "other"]) == {"e"}
+        storage.insert(tenant, rows)  # an ingest racing the erase: its rows go in its transaction
+        assert storage.count(tenant) == 0
+        storage.close()
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.dispose()

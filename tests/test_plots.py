@@ -22,7 +22,8 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 import durability
-from durability import frames, plots
+from durability import analyses, frames, plots
+from durability.analyses import charts
 from durability.clock import FrozenClock
 from durability.demo import DEMO_START, build_demo
 from durability.settings import Settings
@@ -356,7 +357,20 @@ def demo_charts(replicated_demo: str) -> dict[str, Figure]:
         runs = frames.runs(store)
         checkpoints = frames.checkpoints(store)
         backlog = frames.backlog(store, freq="6h", end=now)
-    settings, proposed = Settings(), Policy("7d", "2d")
+        settings, proposed = Settings(), Policy("7d", "2d")
+        analysis = {
+            "where_bytes": charts.where_bytes(
+                *(analyses.bytes_by(store, by) for by in ("owner", "runner", "node")),
+                analyses.bytes_by_state_key(store, sample=50),
+            ),
+            "forecast": charts.forecast_chart(
+                analyses.forecast(store, [settings, proposed], now=now), 8 * 2**20
+            ),
+            "readiness": charts.readiness_chart(
+                analyses.readiness_by_owner(analyses.readiness(store))
+            ),
+            "backtest": charts.backtest_chart(analyses.backtest(store, proposed, now=now)),
+        }
     many = [Policy(DAY * w, DAY * min(w, f)) for w in (1, 3, 7, 14, 30) for f in (1, 2, 7, 14)]
     outage = outage_backlog(checkpoints, now - timedelta(days=20), "2d", drain_rate=0.0005)
     return {
@@ -371,6 +385,7 @@ def demo_charts(replicated_demo: str) -> dict[str, Figure]:
         "sweep_timeline_log": plots.sweep_timeline(daily(threads, settings, now, 28), log=True),
         "run_health": plots.run_health(runs),
         "plane_run_health": plots.run_health(runs, source="plane, project main"),
+        **analysis,
     }
 
 
@@ -386,6 +401,10 @@ def demo_charts(replicated_demo: str) -> dict[str, Figure]:
         "sweep_timeline_log",
         "run_health",
         "plane_run_health",
+        "where_bytes",
+        "forecast",
+        "readiness",
+        "backtest",
     ],
 )
 def test_no_two_texts_of_a_chart_overlap(demo_charts: dict[str, Figure], name: str) -> None:

@@ -3,6 +3,8 @@ column types, hashed indexes, session names, concurrent setup."""
 
 from __future__ import annotations
 
+import random
+import string
 import threading
 import uuid
 from collections.abc import Iterator
@@ -84,7 +86,7 @@ def test_schema_is_created_and_holds_every_table(admin: Any, schema: str) -> Non
 
 
 def test_payloads_are_text_and_long_ids_are_indexed_by_hash(admin: Any, schema: str) -> None:
-    """State is TEXT (JSONB cannot hold \\u0000); indexes cover 128-bit hashes, never the raw ids."""
+    """State is TEXT (JSONB cannot hold \\u0000); indexes cover 128-bit hashes, never whole raw ids."""
     with open_pg(schema) as store:
         long_id = "é" * 10_000
         stored = store.put(
@@ -117,9 +119,23 @@ def test_payloads_are_text_and_long_ids_are_indexed_by_hash(admin: Any, schema: 
     ):
         assert types[column] == "text", column
     assert indexes
-    assert not any(
-        "(thread_id" in i or "(checkpoint_id" in i or "namespace" in i for i in indexes
-    ), indexes
+    # Ids are indexed by hash; the thread search indexes only an id's first characters.
+    whole = [i.replace('"left"(thread_id, 200)', "") for i in indexes]
+    assert not any("(thread_id" in i or "(checkpoint_id" in i or "namespace" in i for i in whole), (
+        indexes
+    )
+
+
+def test_a_10_kb_random_thread_id_gets_a_ledger_record_and_is_found_by_prefix(schema: str) -> None:
+    """A btree entry holds ~2.7 KB: an incompressible 10 KB id is marked, listed and found."""
+    rng = random.Random(13)
+    thread_id = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(10_000))
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id=thread_id, state={"n": 1}))
+        store.mark_finished(thread_id)
+        assert store.scans.find_threads(thread_id[:5]) == [thread_id]
+        assert store.scans.find_threads(thread_id) == [thread_id]
+        assert store.scans.find_threads(thread_id[:300], after=thread_id) == []
 
 
 def test_outbox_migration_adds_columns_if_not_exists_and_marks_old_rows_synced(

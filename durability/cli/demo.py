@@ -9,6 +9,10 @@ import click
 
 from durability.cli._common import friendly_errors, json_option, print_json, print_table
 
+#: The demo's defaults: about three months of history, a few thousand conversations.
+DAYS = 90.0
+THREADS = 2000
+
 
 def register(cli: click.Group) -> None:
     """Add the ``demo`` command."""
@@ -29,12 +33,28 @@ def register(cli: click.Group) -> None:
     show_default=True,
     help="Execute the three notebooks on the demo (headless).",
 )
+@click.option(
+    "--days",
+    type=click.FloatRange(min=7),
+    default=DAYS,
+    show_default=True,
+    help="The span of the fleet's history, ending now.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=THREADS,
+    show_default=True,
+    help="Background conversations over that span (0: only the scripted runs).",
+)
 @json_option
-def demo(out: Path, notebooks: bool, as_json: bool) -> None:
+def demo(out: Path, notebooks: bool, days: float, threads: int, as_json: bool) -> None:
     """Build the demo fleet, replicate it to a plane on loopback, lose and restore a store,
     then execute the notebooks on it.
 
-    The fleet: six weeks of real runs on the embedded SQLite default (completed, failed,
+    The fleet: --days of history (default three months) with --threads background
+    conversations (weekly seasons and bursts, heavy-tailed sizes with a few multi-MiB
+    attachments the plane refuses, idle gaps from hours to weeks), and real runs on the embedded SQLite default (completed, failed,
     stopped and parked runs, conversations with idle gaps, flows owning session threads), drained
     to the project's plane served on 127.0.0.1 (a maintenance window, oversized rows the plane
     refuses and quarantined). An edge worker's store is deleted and one of its runs restored
@@ -49,11 +69,20 @@ def demo(out: Path, notebooks: bool, as_json: bool) -> None:
     with friendly_errors():  # a copy installed without its notebooks fails before the fleet
         for name in bundle.NOTEBOOK_NAMES if notebooks else ():
             bundle.notebook(name)
-    with friendly_errors(), build_fleet(out) as fleet:
+
+    def progress(message: str) -> None:
+        click.echo(message, err=True)
+
+    with (
+        friendly_errors(),
+        build_fleet(out, days=days, threads=threads, progress=progress) as fleet,
+    ):
         with durability.open(fleet.store_url) as store:
             records = list(store.iter_threads())
             statuses = Counter(r.status for r in list_runs(store))
             (status,) = outbox_status(store)
+        if notebooks:
+            progress("executing the notebooks on the demo (headless)")
         executed = run_notebooks(fleet) if notebooks else []
     summary = {
         "url": fleet.store_url,

@@ -66,7 +66,9 @@ def doctor(
     each means are listed in the guide (docs/guides/doctor.md).
 
     --fix makes only the safe repairs: release leases of ended runs, rebuild the Redis
-    indexes, and — after asking, or with --yes — drop pending writes whose checkpoint is gone.
+    indexes, drop SQL outbox records whose checkpoint is gone, re-queue rows the plane lacks
+    (with --plane, SQL), and — after asking, or with --yes — drop pending writes whose
+    checkpoint is gone.
     It prints the plan first and checks the store again afterwards.
 
     With --plane, each thread's rows of project --project that the store marks synced are

@@ -41,7 +41,8 @@ def status(url: str, as_json: bool) -> None:
     row's age, the plane each project replicates to, and its connection: "connected" with how
     long ago its drain was last seen (no drain for minutes: the process that connected has
     gone, and its record was left open), "disconnected" (its rows wait for the next connect) or
-    "no connection" (never connected, or forgotten). --json keeps numbers (bytes, seconds)."""
+    "no connection" (never connected, or forgotten), and the erasures waiting for the plane.
+    --json keeps numbers (bytes, seconds)."""
     from durability.replication.outbox import supports_outbox
     from durability.replication.status import outbox_status
 
@@ -66,6 +67,7 @@ def status(url: str, as_json: bool) -> None:
             "oldest pending",
             "plane",
             "connection",
+            "erasures",
         ],
         [
             (
@@ -77,6 +79,7 @@ def status(url: str, as_json: bool) -> None:
                 None if r.oldest_pending_at is None else format_age(now - r.oldest_pending_at),
                 r.connected_to,
                 _connection_cell(r, now),
+                r.erasures,
             )
             for r in rows
         ],
@@ -120,6 +123,7 @@ def _row_json(r: ProjectOutbox, now: datetime) -> dict[str, Any]:
         "drain_seen_at": r.seen_at,
         "drain_seen_age_seconds": _seconds(now, r.seen_at),
         "last_acked_at": r.acked_at,
+        "erasures_waiting": r.erasures,
     }
 
 

@@ -13,7 +13,10 @@ the bundle shows true data.
 replicated to the project's plane served for real on loopback (the drain runs every few hours of
 the fleet's clock; the plane is down for maintenance for two days, and refuses the oversized
 ingest rows, which are quarantined), plus an edge worker's store that is lost (its file deleted)
-and brought back from the plane with :mod:`durability.restore`.
+and brought back from the plane with :mod:`durability.restore`. With ``threads=N`` it adds N
+background conversations (:class:`~durability.demo.traffic.Traffic`: weekly seasons and bursts,
+heavy-tailed sizes with a few multi-MiB attachments the plane refuses, idle gaps from hours to
+weeks) over ``days`` days; ``durability demo`` builds 2000 over 90 days.
 
 The runners are importable for ``durability resume``::
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 from durability.clock import FrozenClock
 from durability.demo.history import DEMO_DAYS, DRAIN_EVERY, build_demo
 from durability.demo.runners import assistant_runner, publish_runner, support_flow
+from durability.demo.traffic import Traffic
 from durability.runs import RunContext
 from durability.stores.base import Store
 
@@ -168,12 +169,21 @@ def _quiet_runs() -> Iterator[None]:
 
 
 @contextmanager
-def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
+def build_fleet(
+    out: Path,
+    *,
+    end: datetime | None = None,
+    days: float = DEMO_DAYS,
+    threads: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Iterator[Fleet]:
     """Build the whole demo in ``out`` and keep its plane served while the context is open.
 
     1. The deployment's store (``out/demo.db``, SQLite, ``single_worker=True``): the fleet of
-       :func:`build_demo` over :data:`DEMO_DAYS` days ending at ``end`` (default: now, to the
-       hour), drained to the plane every :data:`DRAIN_EVERY` of its clock, except during the
+       :func:`build_demo` over ``days`` days (default :data:`DEMO_DAYS`) ending at ``end``
+       (default: now, to the hour), with ``threads`` background conversations
+       (:class:`~durability.demo.traffic.Traffic`: weekly seasons, bursts, heavy-tailed sizes,
+       idle gaps from hours to weeks, a few multi-MiB attachments the plane refuses), drained to the plane every :data:`DRAIN_EVERY` of its clock, except during the
        :data:`MAINTENANCE` window (503) and after the last drain, :data:`LAST_DRAIN_BEFORE_END`
        before the end. The ingest runs' rows exceed the plane's state cap: the plane refuses
        them and they are quarantined with its reason.
@@ -189,7 +199,13 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
     for name in (*PROJECTS.values(), "plane.db", "langgraph.db"):
         _remove_sqlite(out / name)
     end = end or datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    start = end - timedelta(days=DEMO_DAYS)
+    start = end - timedelta(days=days)
+    traffic = Traffic(start, days, threads)
+    say = progress or (lambda _: None)
+    say(
+        f"building {days:g} days of the fleet ({start:%Y-%m-%d} to {end:%Y-%m-%d}) with "
+        f"{threads:,} background conversations"
+    )
     store_url = f"sqlite:///{(out / PROJECTS['main']).resolve()}"
     edge_path = (out / PROJECTS["edge"]).resolve()
     edge_url = f"sqlite:///{edge_path}"
@@ -206,6 +222,11 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
             down = (start + timedelta(days=MAINTENANCE[0]), start + timedelta(days=MAINTENANCE[1]))
 
             def drain(now: datetime) -> None:
+                traffic.write_until(store, now)
+                if now.hour < DRAIN_EVERY.total_seconds() // 3600 and (now - start).days % 10 == 0:
+                    say(
+                        f"day {(now - start).days:>3}/{days:g}: {traffic.written:,} conversation turns"
+                    )
                 if not conn.active:
                     return
                 plane.maintenance.down = down[0] <= now < down[1]
@@ -215,7 +236,8 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
                 if now + DRAIN_EVERY > cutoff:
                     conn.close()  # the worker is redeployed: this was its last drain
 
-            build_demo(store, clock, start=start, on_tick=drain)
+            build_demo(store, clock, start=start, days=days, on_tick=drain)
+            traffic.write_until(store, end)
             plane.maintenance.down = False
             if conn.active:
                 conn.close()
@@ -223,6 +245,7 @@ def build_fleet(out: Path, *, end: datetime | None = None) -> Iterator[Fleet]:
             # The deployment's worker keeps the store connected; the record says it replicates.
             store.record_connection("", plane.url)
 
+        say("the edge worker's store is lost and restored from the plane")
         lost, restored = _lose_and_restore_edge(edge_url, edge_path, plane, end, limits)
         foreign = langgraph_store(out / "langgraph.db")
         fleet = Fleet(out, store_url, edge_url, plane, start, end, lost, restored, drains, foreign)

@@ -282,3 +282,26 @@ def drop_orphan_outbox(store: Store, seqs: list[int]) -> int:
                 result = conn.execute(table.delete().where(table.c.seq.in_(chunk), gone))
                 dropped += int(result.rowcount)
     return dropped
+
+
+def requeue(store: Store, seqs: list[int], now: datetime) -> int:
+    """Put SQL rows marked synced back in the outbox (the plane lacks them): their synced
+    records move to outbox records, pending from ``now``, in one transaction; a row no longer
+    marked synced is left alone. How many rows were re-queued."""
+    import sqlalchemy as sa
+
+    from durability._util import chunks
+    from durability.stores.sql.schema import checkpoints, micros, outbox_table, synced_table
+
+    c, at, moved = checkpoints.c, micros(now), 0
+    with store.db.write("re-queue rows the plane lacks") as conn:  # type: ignore[attr-defined]
+        for chunk in chunks(seqs):
+            marked = sa.select(synced_table.c.seq).where(synced_table.c.seq.in_(chunk))
+            rows = sa.select(c.seq, c.project_id, sa.literal(0), sa.literal(at)).where(
+                c.seq.in_(marked)
+            )
+            columns = ["seq", "project_id", "attempts", "pending_since"]
+            conn.execute(outbox_table.insert().from_select(columns, rows))
+            gone = conn.execute(synced_table.delete().where(synced_table.c.seq.in_(chunk)))
+            moved += int(gone.rowcount)  # the records moved (an INSERT … SELECT counts none)
+    return moved

@@ -10,6 +10,8 @@ repair                    what it does                                          
 ``rebuild_redis_indexes`` re-derive the Redis cross-slot indexes from the keys   no
 ``drop_orphan_outbox``    delete SQL outbox and synced records whose checkpoint  no
                           is gone (nothing to send; Redis: report only)
+``requeue_missing_rows``  put rows the plane lacks back in the outbox (SQL;      no
+                          a connected drain sends them again)
 ========================  =====================================================  ============
 
 :func:`plan_repairs` is pure: it turns a :class:`~durability.doctor.Diagnosis` into a
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durability.doctor.model import Diagnosis, Problem
-from durability.doctor.reads import SQL_PROVIDERS, drop_orphan_outbox
+from durability.doctor.reads import SQL_PROVIDERS, drop_orphan_outbox, requeue
 from durability.errors import ReadOnlyStoreError
 from durability.stores.rows import Select
 
@@ -162,11 +164,18 @@ def _drop_orphan_outbox(store: Store, steps: list[RepairStep]) -> int:
     return drop_orphan_outbox(store, sorted({seq for step in steps for seq in step.keys}))
 
 
+def _requeue_missing_rows(store: Store, steps: list[RepairStep]) -> int:
+    """Re-queue the rows the plane lacks (still marked synced: checked in the statement)."""
+    seqs = sorted({seq for step in steps for _ns, _cid, seq in step.keys})
+    return requeue(store, seqs, store.clock())
+
+
 #: The repairs made on SQL stores only (elsewhere their steps are skipped, named).
-SQL_ONLY = frozenset({"drop_orphan_outbox"})
+SQL_ONLY = frozenset({"drop_orphan_outbox", "requeue_missing_rows"})
 
 REPAIRS: dict[str, Callable[[Store, list[RepairStep]], int]] = {
     "drop_orphan_outbox": _drop_orphan_outbox,
+    "requeue_missing_rows": _requeue_missing_rows,
     "drop_orphan_writes": _drop_orphan_writes,
     "release_ended_leases": _release_ended_leases,
     "rebuild_redis_indexes": _rebuild_redis_indexes,

@@ -98,6 +98,8 @@ REPLICA_SHORT = Check(
     "error",
     "a thread whose replica on the plane lacks rows the store marks synced (with --plane)",
     _replica_short,
+    fix="durability doctor {url} --plane TARGET --fix",
+    repair="requeue_missing_rows",
     applies=lambda ctx: ctx.replica is not None and ctx.store.outbox is not None,
     unless="no --plane given, or the store keeps no outbox",
 )

@@ -77,7 +77,8 @@ def erase(storage: PlaneStorage, tenant: Tenant, execution_id: str) -> PlaneEras
                 ekey=digest, tenant=tenant.key, erased_at=now, erased_by=tenant.key_id, removed=0
             )
             .on_conflict_do_nothing(index_elements=["ekey"])
-        ).rowcount
+            .returning(tombstones.c.ekey)
+        ).first()
         removed = conn.execute(
             checkpoints.delete().where(
                 checkpoints.c.tenant == tenant.key,
@@ -94,7 +95,7 @@ def erase(storage: PlaneStorage, tenant: Tenant, execution_id: str) -> PlaneEras
         at = conn.execute(
             sa.select(tombstones.c.erased_at).where(tombstones.c.ekey == digest)
         ).scalar_one()
-    return PlaneErasure(digest, from_micros(at), removed, already_erased=not inserted)
+    return PlaneErasure(digest, from_micros(at), removed, already_erased=inserted is None)
 
 
 def erased_among(

@@ -36,6 +36,8 @@ class ProjectOutbox:
     pending_bytes: int = 0
     seen_at: datetime | None = None
     acked_at: datetime | None = None
+    #: Erasures waiting for this project's plane (sent by its drain; see ``erase_thread``).
+    erasures: int = 0
 
     @property
     def connection(self) -> str:
@@ -57,7 +59,7 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
     """Per project: pending (with their stored bytes), synced and quarantined rows, the oldest
     pending row's time, the plane it replicates to (``None``: no connection recorded, so its
     rows stay buffered), when its connection closed (``None`` while open), its drain's last
-    heartbeat and the plane's last acknowledged batch.
+    heartbeat, the plane's last acknowledged batch and the erasures waiting for the plane.
 
     Raises:
         CapabilityError: The store keeps no outbox.
@@ -82,6 +84,10 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
     records = {c.project_id: c for c in outbox.connections()}
     for project in records:
         counts.setdefault(project, [0, 0, 0, None, 0])
+    waiting: dict[str, int] = {}
+    for request in store.tombstones.requests() if store.tombstones is not None else ():
+        waiting[request.project_id] = waiting.get(request.project_id, 0) + 1
+        counts.setdefault(request.project_id, [0, 0, 0, None, 0])
     status = []
     for project, (pending, synced, quarantined, oldest, size) in sorted(counts.items()):
         record = records.get(project)
@@ -97,6 +103,7 @@ def outbox_status(store: Store, *, page_size: int = 10_000) -> list[ProjectOutbo
                 size,
                 None if record is None else (record.seen_at or record.connected_at),
                 None if record is None else record.acked_at,
+                waiting.get(project, 0),
             )
         )
     return status

@@ -11,7 +11,8 @@ URL                                    provider
 ``fastaiagent+postgresql://…``         (``?schema=``, default ``fastaiagent``)
 ``langgraph+sqlite:///checkpoints.db`` a LangGraph SqliteSaver file, read-only
 ``langgraph+postgresql://…``           a LangGraph PostgresSaver database, read-only
-                                       (``?schema=``, default the search path)
+                                       (``?schema=``, default the search path);
+                                       ``?writable=true``: swept and thinned in place
 ``archive:///dir``                     the archives a sweep wrote there, read-only
 =====================================  ==========================================
 """

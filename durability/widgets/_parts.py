@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 #: How many rows of a table a view shows (the whole frame stays on the attribute).
-TABLE_ROWS = 50
+TABLE_ROWS = 500
 
 
 # ---------------------------------------------------------------------------- display helpers
@@ -50,12 +50,15 @@ def png(fig: Figure) -> Any:
 
 
 def table(frame: pd.DataFrame) -> Any:
-    """The first :data:`TABLE_ROWS` rows, or a note when there are none."""
+    """A sortable, searchable table (:func:`durability.tables.html`) of the first
+    :data:`TABLE_ROWS` rows, or a note when there are none."""
     from IPython.display import HTML
+
+    from durability import tables
 
     if frame.empty:
         return HTML("<p><i>no rows</i></p>")  # type: ignore[no-untyped-call]
-    return frame.head(TABLE_ROWS)
+    return HTML(tables.html(frame.head(TABLE_ROWS)))  # type: ignore[no-untyped-call]
 
 
 def message(text: str, *, error: bool = False) -> str:

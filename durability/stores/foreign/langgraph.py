@@ -168,6 +168,7 @@ class LangGraphStore(ForeignStore):
         self.writable = bool(writable) if writable is not None else flag in ("true", "1", "yes")
         self.sidecar_url = sidecar_url(self, ledger or self.url_options.get("ledger"))
         self._sidecar: Store | None = None
+        self._schema_known = False
         self._sidecar_lock = threading.Lock()
         self._writer = (
             SQLiteWriter(str(self.path), timeout=30.0) if self.dialect == "sqlite" else None

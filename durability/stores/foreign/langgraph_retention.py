@@ -109,7 +109,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def check_schema(store: LangGraphStore, action: str) -> None:
-    """Refuse ``action`` on a LangGraph schema this version does not know (nothing changed)."""
+    """Refuse ``action`` on a LangGraph schema this version does not know (nothing changed).
+
+    Checked once per store object once it passes (a sweep asks before every batch)."""
+    if getattr(store, "_schema_known", False):
+        return
+    _check_schema(store, action)
+    store._schema_known = True
+
+
+def _check_schema(store: LangGraphStore, action: str) -> None:
     if store.dialect == "sqlite":
         found = _sqlite_columns(store)
         for table, shapes in KNOWN_SQLITE_COLUMNS.items():
@@ -281,12 +290,16 @@ class LangGraphScans(Scans):
 
     # ------------------------------------------------------------------ sweep columns
 
+    #: The threads the sidecar held a ledger record for when the last plan read it.
+    _ledger_ids: set[str] | None = None
+
     def _sweep_columns(self) -> SweepColumns:
         totals = self._totals()
         side = self.store.sidecar(create=False)
         ledger: dict[str, ThreadRecord] = (
             {r.thread_id: r for r in side.sweep_records()} if side is not None else {}
         )
+        self._ledger_ids = set(ledger)
         ids = list(totals) + [t for t in ledger if t not in totals]
         values: list[tuple[int | None, ...]] = []
         for t in ids:
@@ -378,21 +391,31 @@ class LangGraphScans(Scans):
             found.update(chunk)
         for t in thread_ids:
             found.setdefault(t, Deleted())
-        side.delete_threads(thread_ids)  # their ledger records (the sidecar holds no rows)
+        # Their ledger records (the sidecar holds no rows): those the last plan read, or all
+        # when no plan was read. A record made after the plan stays, holding no checkpoint,
+        # and the next sweep deletes it.
+        known = self._ledger_ids
+        records = thread_ids if known is None else [t for t in thread_ids if t in known]
+        if records:
+            side.delete_threads(records)
         return found
 
     def _chunks(self, thread_ids: list[str]) -> Iterator[dict[str, Deleted]]:
-        """Delete in transactions sized to last about :data:`_TARGET_SECONDS` each.
+        """Delete in transactions: on SQLite sized to last about :data:`_TARGET_SECONDS` each,
+        on Postgres one per store call (the sweep's batch).
 
-        The size adapts: halved after a transaction over the target, doubled after one well
-        under it. After each transaction the deleter pauses (as long as a waiting writer's busy
-        handler sleeps between tries, at most 0.1 s) so a live writer gets the lock.
+        SQLite's write lock is the whole file's, so its chunk adapts (halved after a
+        transaction over the target, doubled after one well under it) and after each the
+        deleter pauses (as long as the transaction, at most 0.1 s: a waiting writer's busy
+        handler retries that often) so a live writer gets the lock. Postgres locks the rows
+        only: a writer of another thread never waits, and cutting a batch into many
+        transactions made the sweep several times slower than one statement per table.
         """
-        # Postgres locks rows, not the table: a writer of another thread never waits, so a
-        # store call is one transaction unless it runs long; SQLite starts small.
-        first = 100 if self.store.dialect == "sqlite" else 5000
-        size, at = min(first, len(thread_ids)), 0
-        delete = self._delete_sqlite if self.store.dialect == "sqlite" else self._delete_postgres
+        if self.store.dialect != "sqlite":
+            yield self._delete_postgres(thread_ids)
+            return
+        size, at = min(100, len(thread_ids)), 0
+        delete = self._delete_sqlite
         while at < len(thread_ids):
             chunk = thread_ids[at : at + size]
             started = time.perf_counter()
@@ -403,7 +426,7 @@ class LangGraphScans(Scans):
                 size //= 2
             elif held < _TARGET_SECONDS / 4:
                 size *= 2
-            if self.store.dialect == "sqlite" and at < len(thread_ids):
+            if at < len(thread_ids):
                 time.sleep(min(0.1, held))
 
     def _delete_sqlite(self, chunk: list[str]) -> dict[str, Deleted]:
@@ -561,22 +584,29 @@ def thin_points(
     store: LangGraphStore, chosen: set[str] | None
 ) -> Iterator[tuple[str, list[tuple[str, str, datetime | None, int, str, bool]]]]:
     """Per thread, its checkpoints in write order for thinning: namespace, id, time (from the
-    id), stored bytes, ``keep-previous`` for a pre-v4 checkpoint (its parent holds its pending
-    sends; Postgres only, where the format is readable), and whether it marks delta channels."""
+    id), stored bytes, ``keep-previous`` when its parent holds pending sends it reads (a
+    ``__pregel_tasks`` write, and on Postgres a checkpoint older than format 4, as
+    LangGraph's prune checks; SQLite keeps msgpack, so there any such parent is kept), and
+    whether it marks delta channels."""
     store.ready()
     if store.dialect == "sqlite":
         sql = (
             "SELECT thread_id, checkpoint_ns, checkpoint_id, coalesce(length(checkpoint), 0) + "
-            "coalesce(length(metadata), 0), 0, json_extract(CAST(metadata AS TEXT), "
-            "'$.counters_since_delta_snapshot') IS NOT NULL FROM checkpoints "
-            "ORDER BY thread_id, rowid"
+            "coalesce(length(metadata), 0), EXISTS (SELECT 1 FROM writes AS w WHERE "
+            "w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns AND "
+            "w.checkpoint_id = c.parent_checkpoint_id AND w.channel = '__pregel_tasks'), "
+            "json_extract(CAST(metadata AS TEXT), '$.counters_since_delta_snapshot') IS NOT NULL "
+            "FROM checkpoints AS c ORDER BY thread_id, rowid"
         )
     else:
         sql = (
             "SELECT thread_id, checkpoint_ns, checkpoint_id, pg_column_size(checkpoint) + "  # noqa: S608
-            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4, "
-            "metadata ? 'counters_since_delta_snapshot' "
-            f'FROM {store.table("checkpoints")} ORDER BY thread_id, checkpoint_id COLLATE "C"'
+            "pg_column_size(metadata), coalesce((checkpoint ->> 'v')::int, 4) < 4 AND EXISTS ("
+            f"SELECT 1 FROM {store.table('checkpoint_writes')} AS w WHERE w.thread_id = c.thread_id "
+            "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.parent_checkpoint_id "
+            "AND w.channel = '__pregel_tasks'), metadata ? 'counters_since_delta_snapshot' "
+            f"FROM {store.table('checkpoints')} AS c "
+            'ORDER BY thread_id, checkpoint_id COLLATE "C"'
         )
     with store.read("read checkpoints to thin") as conn:
         rows = conn.exec_driver_sql(sql).all()

@@ -27,6 +27,7 @@ from durability.stores.scans import (
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.outbox import ENTRY_SQL, entry_join, tables_of
 from durability.stores.sql.schema import (
+    ID_INDEX_CHARS,
     SWEEP_INDEX,
     checkpoints,
     delta,
@@ -108,11 +109,27 @@ class SQLScans(Scans):
         with self.store.db.read("search threads") as conn:
             ledger = conn.execute(sa.select(threads.c.tkey).limit(1)).first() is not None
             table = threads if ledger else checkpoints
-            col = table.c.thread_id.collate("C") if postgres else table.c.thread_id
-            query = sa.select(col.label("thread_id")).where(*_prefix_range(col, prefix, after))
+            col: Any
+            if not postgres:
+                col = table.c.thread_id
+                query = sa.select(col).where(*_prefix_range(col, prefix, after)).order_by(col)
+            else:
+                # The index holds the ids' first characters (migration 13): the range is asked
+                # of them, the exact conditions of the whole id, in the same order.
+                col = table.c.thread_id.collate("C")
+                chars: Any = sa.literal_column(str(ID_INDEX_CHARS))  # as the index writes it
+                head = sa.func.left(table.c.thread_id, chars).collate("C")
+                cut = None if after is None else after[:ID_INDEX_CHARS]
+                query = (
+                    sa.select(col.label("thread_id"), head)  # DISTINCT orders by what it selects
+                    .where(*_prefix_range(head, prefix[:ID_INDEX_CHARS], None))
+                    .where(*([] if cut is None else [head >= cut]))
+                    .where(*_prefix_range(col, prefix, after))
+                    .order_by(head, col)
+                )
             if not ledger:
                 query = query.distinct()
-            return list(conn.execute(query.order_by(col).limit(limit)).scalars())
+            return list(conn.execute(query.limit(limit)).scalars())
 
     def _checkpoint_columns(
         self, thread_id: str | None, columns: tuple[str, ...], chunk_size: int

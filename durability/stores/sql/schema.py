@@ -124,6 +124,11 @@ writes = sa.Table(
     ),
 )
 
+
+#: How many leading characters of a thread id the Postgres search index holds (migration 13):
+#: a btree entry is capped near 2.7 KB, an id may be 10 KB; 200 characters are at most 800 bytes.
+ID_INDEX_CHARS = 200
+
 threads = sa.Table(
     "durability_threads",
     metadata,
