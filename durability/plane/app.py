@@ -247,71 +247,17 @@ class Plane:
     def validate(self, item: dict[str, Any]) -> Row:
         """Check one item (shape first, then caps) and turn it into a row."""
         caps = self.caps
-        state = item.get("state_snapshot")
-        if state is None:
-            state = {}
-        if not isinstance(state, dict):
-            raise _Refusal("state_snapshot must be an object", 422)
-        metadata = item.get("metadata")
-        if metadata is None:
-            metadata = {}
-        if not isinstance(metadata, dict):
-            raise _Refusal("metadata must be an object", 422)
+        state = _object_field(item, "state_snapshot")
+        metadata = _object_field(item, "metadata")
         state_text = orjson.dumps(state)
         if len(state_text) > caps.state_bytes:
             raise _Refusal(
                 f"state_snapshot is {len(state_text)} bytes, over the {caps.state_bytes}-byte cap",
                 413,
             )
-        texts = {}
-        for name, limit in (
-            ("step_type", caps.step_type_chars),
-            ("agent_id", caps.agent_id_chars),
-            ("chain_id", caps.chain_id_chars),
-            ("node_id", caps.node_id_chars),
-            ("parent_checkpoint_id", None),
-            ("created_at", 64),
-        ):
-            value = item.get(name)
-            if value is not None and not isinstance(value, str):
-                raise _Refusal(f"{name} must be a string or null", 422)
-            if value is not None and limit is not None and len(value) > limit:
-                raise _Refusal(
-                    f"{name} is {len(value)} characters, over the {limit}-character limit", 422
-                )
-            texts[name] = value
-        for name in (*_TEXT_FIELDS, "step_type", "parent_checkpoint_id", "created_at"):
-            value = item.get(name)
-            if isinstance(value, str) and "\x00" in value:
-                raise _Refusal(
-                    f"{name} contains a NUL character, which the plane cannot store", 422
-                )
-        resource_type = item.get("resource_type") or "chain"
-        if not isinstance(resource_type, str) or resource_type not in RESOURCE_TYPES:
-            raise _Refusal(
-                f"resource_type {str(resource_type)[:40]!r} is not one of {', '.join(sorted(RESOURCE_TYPES))}",
-                422,
-            )
-        status = item.get("status") or "completed"
-        if not isinstance(status, str) or status not in STATUSES:
-            raise _Refusal(
-                f"status {str(status)[:40]!r} is not one of {', '.join(sorted(STATUSES))}", 422
-            )
-        step_index = item.get("step_index")
-        sequence = item.get("sequence")
-        for name, number in (("step_index", step_index), ("sequence", sequence)):
-            if number is not None and (
-                not isinstance(number, int) or isinstance(number, bool) or abs(number) >= 2**63
-            ):
-                raise _Refusal(f"{name} must be an integer or null", 422)
-        try:
-            order_at = order_micros(texts["created_at"], None)
-        except ConfigError:  # a time that overflows once converted to UTC
-            raise _Refusal(
-                f"created_at {texts['created_at']!r} is outside the times the plane can order "
-                "(it overflows in UTC); send an ISO 8601 time between years 1 and 9999 UTC",
-                422,
-            ) from None
+        texts = _text_fields(item, caps)
+        resource_type = _choice_field(item, "resource_type", "chain", RESOURCE_TYPES)
+        status = _choice_field(item, "status", "completed", STATUSES)
         return Row(
             item["checkpoint_id"],
             item["execution_id"],
@@ -323,15 +269,15 @@ class Plane:
                 "agent_id": texts["agent_id"],
                 "chain_id": texts["chain_id"],
                 "node_id": texts["node_id"] or "",
-                "step_index": step_index,
+                "step_index": _integer_field(item, "step_index"),
                 "step_type": texts["step_type"],
                 "status": status,
                 "parent_checkpoint_id": texts["parent_checkpoint_id"],
                 "state_snapshot": state_text.decode(),
                 "metadata": orjson.dumps(metadata).decode(),
                 "created_at": texts["created_at"],
-                "order_at": order_at,
-                "sequence": sequence,
+                "order_at": _order_at(texts["created_at"]),
+                "sequence": _integer_field(item, "sequence"),
             },
         )
 
@@ -568,6 +514,74 @@ def create_app(
     app = Starlette(routes=routes, middleware=[limit])
     app.state.plane = plane
     return app
+
+
+def _object_field(item: dict[str, Any], name: str) -> dict[str, Any]:
+    """An object field of an item (``{}`` when absent or null)."""
+    value = item.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Refusal(f"{name} must be an object", 422)
+    return value
+
+
+def _text_fields(item: dict[str, Any], caps: PlaneCaps) -> dict[str, str | None]:
+    """The item's text fields, each a string or null within its cap and free of NUL."""
+    texts: dict[str, str | None] = {}
+    for name, limit in (
+        ("step_type", caps.step_type_chars),
+        ("agent_id", caps.agent_id_chars),
+        ("chain_id", caps.chain_id_chars),
+        ("node_id", caps.node_id_chars),
+        ("parent_checkpoint_id", None),
+        ("created_at", 64),
+    ):
+        value = item.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _Refusal(f"{name} must be a string or null", 422)
+        if value is not None and limit is not None and len(value) > limit:
+            raise _Refusal(
+                f"{name} is {len(value)} characters, over the {limit}-character limit", 422
+            )
+        texts[name] = value
+    for name in (*_TEXT_FIELDS, "step_type", "parent_checkpoint_id", "created_at"):
+        value = item.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            raise _Refusal(f"{name} contains a NUL character, which the plane cannot store", 422)
+    return texts
+
+
+def _choice_field(item: dict[str, Any], name: str, default: str, choices: Any) -> str:
+    """A field that must be one of ``choices`` (``default`` when absent or empty)."""
+    value = item.get(name) or default
+    if not isinstance(value, str) or value not in choices:
+        raise _Refusal(
+            f"{name} {str(value)[:40]!r} is not one of {', '.join(sorted(choices))}", 422
+        )
+    return value
+
+
+def _integer_field(item: dict[str, Any], name: str) -> int | None:
+    """A 64-bit integer field, or null."""
+    number = item.get(name)
+    if number is not None and (
+        not isinstance(number, int) or isinstance(number, bool) or abs(number) >= 2**63
+    ):
+        raise _Refusal(f"{name} must be an integer or null", 422)
+    return number
+
+
+def _order_at(created_at: str | None) -> int | None:
+    """The plane's order of a row written at ``created_at``."""
+    try:
+        return order_micros(created_at, None)
+    except ConfigError:  # a time that overflows once converted to UTC
+        raise _Refusal(
+            f"created_at {created_at!r} is outside the times the plane can order "
+            "(it overflows in UTC); send an ISO 8601 time between years 1 and 9999 UTC",
+            422,
+        ) from None
 
 
 __all__ = ["Plane", "PlaneCaps", "create_app"]
