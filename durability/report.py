@@ -118,16 +118,30 @@ def write_report(
     whose crossing the growth forecast dates (default: twice the store's bytes today).
     """
     import durability.frames as frames
-    import durability.plots as plots
-    import durability.simulate as simulate
-    import durability.sweep as sweep
 
     settings = settings or Settings.from_env()
     at = now or store.clock()
     out.mkdir(parents=True, exist_ok=True)
     page = _Page(out)
-
     threads = frames.threads(store, now=at)
+    _threads_section(page, threads)
+    _runs_section(page, store)
+    replication = _replication_section(page, store, at)
+    _outage_note(page, replication, store, outage_length, drain_rate)
+    if plane is not None:
+        _plane_runs(page, replication, plane)
+    proposed = settings.update(
+        waiting_retention=proposed_waiting, finished_retention=proposed_finished
+    )
+    policies = _retention_section(page, store, threads, settings, proposed, at)
+    if len(threads):
+        from durability.analyses.sections import add_sections
+
+        add_sections(page, store, policies, at, size_limit=size_limit)
+    return _write_page(page, store, at, out)
+
+
+def _threads_section(page: _Page, threads: Any) -> None:
     s = page.section(
         "Threads",
         f"{len(threads)} threads holding {int(threads.checkpoints.sum())} checkpoints "
@@ -146,6 +160,11 @@ def write_report(
             "by owner",
         )
 
+
+def _runs_section(page: _Page, store: Store) -> None:
+    import durability.frames as frames
+    import durability.plots as plots
+
     runs = frames.runs(store)
     s = page.section(
         "Runs",
@@ -160,6 +179,12 @@ def write_report(
                 failed.groupby("reason", dropna=False).size().reset_index(name="runs"),
                 "failed runs by reason (error, cancelled, aborted, timeout)",
             )
+
+
+def _replication_section(page: _Page, store: Store, at: datetime) -> Section:
+    """The outbox by state, its quarantined rows and its backlog."""
+    import durability.frames as frames
+    import durability.plots as plots
 
     s = page.section(
         "Replication",
@@ -190,46 +215,74 @@ def write_report(
             page.chart(
                 s, plots.backlog(frames.backlog(store, freq="6h")), "backlog", "backlog over time"
             )
-    checkpoints = frames.checkpoints(store)
-    if len(checkpoints):
-        length = parse_duration(outage_length, name="outage length")
-        start = checkpoints.created_at.max().to_pydatetime() - 2 * length
-        outage = simulate.outage_backlog(checkpoints, start, length, drain_rate)
-        rate = "at once" if drain_rate is None else f"at {drain_rate:g} rows/s"
-        s.note(
-            f"The recorded writes replayed against a plane outage, the outbox draining {rate} "
-            f"once it ends: {simulate.describe_outage(outage)}."
-        )
+    return s
+
+
+def _plane_runs(page: _Page, s: Section, plane: Any) -> None:
+    import durability.frames as frames
+    import durability.plots as plots
+
+    plane_runs = frames.plane_runs(plane)
+    s.table(
+        plane_runs.groupby("status", observed=True).size().reset_index(name="runs"),
+        "runs on the plane",
+    )
+    if len(plane_runs):
+        project = plane.auth_check().get("project_id") or "?"
         page.chart(
             s,
-            plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"),
-            "outage_backlog",
-            "the backlog a plane outage would build",
+            plots.run_health(plane_runs, source=f"plane, project {project}"),
+            "plane_run_health",
+            "runs on the plane by status over time",
         )
-    if plane is not None:
-        plane_runs = frames.plane_runs(plane)
-        s.table(
-            plane_runs.groupby("status", observed=True).size().reset_index(name="runs"),
-            "runs on the plane",
-        )
-        if len(plane_runs):
-            project = plane.auth_check().get("project_id") or "?"
-            page.chart(
-                s,
-                plots.run_health(plane_runs, source=f"plane, project {project}"),
-                "plane_run_health",
-                "runs on the plane by status over time",
-            )
 
-    proposed = settings.update(
-        waiting_retention=proposed_waiting, finished_retention=proposed_finished
+
+def _outage_note(
+    page: _Page, s: Section, store: Store, outage_length: str, drain_rate: float | None
+) -> None:
+    """The recorded writes replayed against a plane outage of ``outage_length``."""
+    import durability.frames as frames
+    import durability.plots as plots
+    import durability.simulate as simulate
+
+    checkpoints = frames.checkpoints(store)
+    if not len(checkpoints):
+        return
+    length = parse_duration(outage_length, name="outage length")
+    start = checkpoints.created_at.max().to_pydatetime() - 2 * length
+    outage = simulate.outage_backlog(checkpoints, start, length, drain_rate)
+    rate = "at once" if drain_rate is None else f"at {drain_rate:g} rows/s"
+    s.note(
+        f"The recorded writes replayed against a plane outage, the outbox draining {rate} "
+        f"once it ends: {simulate.describe_outage(outage)}."
     )
+    page.chart(
+        s,
+        plots.backlog(outage, title=f"Outbox backlog under a {outage_length} plane outage"),
+        "outage_backlog",
+        "the backlog a plane outage would build",
+    )
+
+
+def _retention_section(
+    page: _Page,
+    store: Store,
+    threads: Any,
+    settings: Settings,
+    proposed: Settings,
+    at: datetime,
+) -> list[Any]:
+    """The next sweep under ``settings`` and what ``proposed`` would cost; the two policies."""
+    import durability.simulate as simulate
+    import durability.sweep as sweep
+
     s = page.section(
         "Retention",
         f"The next sweep at {at:%Y-%m-%d %H:%M} UTC with waiting "
         f"{format_duration(settings.waiting_retention)} and finished "
         f"{format_duration(settings.finished_retention)}: what it deletes and why, and what "
-        f"waiting {proposed_waiting} / finished {proposed_finished} would cost.",
+        f"waiting {format_duration(proposed.waiting_retention)} / finished "
+        f"{format_duration(proposed.finished_retention)} would cost.",
     )
     try:
         plan = sweep.plan_sweep(store, settings, at)
@@ -247,45 +300,54 @@ def write_report(
             rows[rows.action == "delete"][["thread_id", "horizon", "reason", "due_at"]],
             "deleted by the next sweep",
         )
+    policies = [simulate.Policy.from_settings(settings), simulate.Policy.from_settings(proposed)]
     if len(threads):
-        waitings = [parse_duration(f"{d}d") for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
-        page.chart(
-            s,
-            plots.retention_curve(
-                threads,
-                waitings,
-                current=settings.waiting_retention,
-                proposed=proposed.waiting_retention,
-            ),
-            "retention_curve",
-            "threads kept against the waiting value",
-        )
-        page.chart(
-            s,
-            plots.idle_gaps(threads, proposed.waiting_retention, in_force=settings),
-            "idle_gaps",
-            "longest idle gap per thread",
-        )
-        lost = simulate.lost_conversations(threads, proposed.waiting_retention)
-        s.note(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
-        policies = [
-            simulate.Policy.from_settings(settings),
-            simulate.Policy.from_settings(proposed),
-        ]
-        page.chart(
-            s,
-            plots.sweep_timeline(
-                simulate.daily(threads, policies, at, 28), in_force=policies[0].label
-            ),
-            "sweep_timeline",
-            "daily sweeps over four weeks",
-        )
+        _retention_charts(page, s, threads, settings, proposed, policies, at)
+    return policies
 
-    if len(threads):
-        from durability.analyses.sections import add_sections
 
-        add_sections(page, store, policies, at, size_limit=size_limit)
+def _retention_charts(
+    page: _Page,
+    s: Section,
+    threads: Any,
+    settings: Settings,
+    proposed: Settings,
+    policies: list[Any],
+    at: datetime,
+) -> None:
+    import durability.plots as plots
+    import durability.simulate as simulate
 
+    waitings = [parse_duration(f"{d}d") for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
+    page.chart(
+        s,
+        plots.retention_curve(
+            threads,
+            waitings,
+            current=settings.waiting_retention,
+            proposed=proposed.waiting_retention,
+        ),
+        "retention_curve",
+        "threads kept against the waiting value",
+    )
+    page.chart(
+        s,
+        plots.idle_gaps(threads, proposed.waiting_retention, in_force=settings),
+        "idle_gaps",
+        "longest idle gap per thread",
+    )
+    lost = simulate.lost_conversations(threads, proposed.waiting_retention)
+    waiting = format_duration(proposed.waiting_retention)
+    s.note(f"waiting {waiting} would lose {len(lost)} threads between two turns")
+    page.chart(
+        s,
+        plots.sweep_timeline(simulate.daily(threads, policies, at, 28), in_force=policies[0].label),
+        "sweep_timeline",
+        "daily sweeps over four weeks",
+    )
+
+
+def _write_page(page: _Page, store: Store, at: datetime, out: Path) -> Path:
     path = out / "index.html"
     title = f"durability report: {redact_url(store.url)}"
     path.write_text(

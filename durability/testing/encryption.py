@@ -8,7 +8,7 @@ from durability.errors import DecryptionFailed, KeyMissing, PlaintextRefused, St
 from durability.model import Checkpoint, PendingWrite
 from durability.stores import Store
 from durability.stores.rows import EncodedCheckpoint, Select
-from durability.testing.suite import StoreTarget, check, raises
+from durability.testing.suite import StoreTarget, check, raises, requires
 
 #: Test keys (never use fixed keys outside a test).
 KEY_1 = bytes(range(32))
@@ -27,6 +27,7 @@ def stored_state(store: Store, thread_id: str, namespace: str = "") -> str:
 
 
 @check
+@requires("crypto")
 def check_sealed_round_trip_and_clear_metadata(target: StoreTarget) -> None:
     """State and write values are stored sealed and read back equal; a handle without the
     keyring reads every clear field and says the state is encrypted."""
@@ -55,6 +56,7 @@ def check_sealed_round_trip_and_clear_metadata(target: StoreTarget) -> None:
 
 
 @check
+@requires("crypto")
 def check_ciphertext_is_bound_to_its_row(target: StoreTarget) -> None:
     """A row's envelope put into another row (kept as it is, as a restore keeps it) does not
     open there, and a tampered envelope fails naming the row."""
@@ -71,6 +73,7 @@ def check_ciphertext_is_bound_to_its_row(target: StoreTarget) -> None:
 
 
 @check
+@requires("crypto")
 def check_wrong_missing_key_and_clear_rows_fail_closed(target: StoreTarget) -> None:
     """A key of the right id but other bytes does not open; an unknown key id fails naming the
     key and the thread; a clear row is refused unless the store allows plaintext."""
@@ -90,6 +93,7 @@ def check_wrong_missing_key_and_clear_rows_fail_closed(target: StoreTarget) -> N
 
 
 @check
+@requires("crypto")
 def check_rotation_keeps_old_rows_readable(target: StoreTarget) -> None:
     """A new key listed first seals new writes; rows under the old key still open while it is
     listed, and a keyring without the new key cannot read the new rows."""
@@ -112,6 +116,7 @@ def _kill_after_first_batch(done: int, _planned: int) -> None:
 
 
 @check
+@requires("crypto")
 def check_reencryption_killed_and_resumed(target: StoreTarget) -> None:
     """The plan counts rows by key id (clear ones too); a run killed after its first batch
     leaves every row readable by the old key or the new one; planning again finds the rest, and

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib.util import find_spec
 from typing import Any
 
 from durability.model import Checkpoint
@@ -50,6 +51,8 @@ _NEEDS: dict[str, Callable[[StoreTarget, Store], bool]] = {
     "can_park": lambda _target, store: store.capabilities.can_park,
     "outbox": lambda _target, store: store.outbox is not None,
     "tombstones": lambda _target, store: store.tombstones is not None,
+    # The encryption checks need the ``crypto`` extra, which a core install lacks.
+    "crypto": lambda _target, _store: find_spec("cryptography") is not None,
 }
 
 
@@ -61,7 +64,7 @@ def check(fn: Check) -> Check:
 
 def requires(*needs: str) -> Callable[[Check], Check]:
     """Mark a check as needing ``needs`` (any of ``cross_process``, ``kill_connections``,
-    ``ledger``, ``can_park``, ``outbox``, ``tombstones``)."""
+    ``ledger``, ``can_park``, ``outbox``, ``tombstones``, ``crypto``)."""
     unknown = set(needs) - set(_NEEDS)
     if unknown:
         raise ValueError(f"unknown needs {sorted(unknown)}; use some of {sorted(_NEEDS)}")
