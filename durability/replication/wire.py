@@ -192,27 +192,9 @@ def to_wire(
         own_ids: Send the store's checkpoint ids (a plane that keys rows per execution); else
             derived ones (:func:`wire_checkpoint_id`), the originals kept in the extension.
     """
-    if stripped is None:
-        state, state_wrapped = _embedded(row.state)
-        payloads = {name: _embedded(getattr(row, name)) for name in _PAYLOAD_FIELDS}
-        user_metadata: Any = orjson.Fragment(row.metadata)
-        counters: Any = orjson.Fragment(row.iteration_counters)
-    else:
-        state, state_wrapped = _stripped_state(row), False
-        payloads = {name: ({}, False) for name in _PAYLOAD_FIELDS}
-        user_metadata = {}
-        counters = {}
-    wrapped = [name for name, (_, was) in payloads.items() if was]
-    if state_wrapped:
-        wrapped.insert(0, "state")
-    kind = resource_type(row.agent_path, row.node_id)
-    name = row.runner
-    agent_id: str | None = None
-    chain_id: str | None = None
-    if kind == "chain":
-        chain_id = name
-    elif name:
-        agent_id = (agent_ids or {}).get(name, name)
+    state, payloads, user_metadata, counters, wrapped = _payload_parts(row, stripped)
+    state_wrapped = "state" in wrapped
+    kind, agent_id, chain_id = _resource(row, agent_ids)
     extension: dict[str, Any] = {
         "codec": CODEC_MARK,
         "namespace": row.namespace,
@@ -226,12 +208,7 @@ def to_wire(
     }
     if stripped is not None:
         extension["stripped"] = stripped
-    checkpoint_id, parent_id = row.checkpoint_id, row.parent_checkpoint_id
-    if not own_ids:
-        extension["checkpoint_id"], extension["parent_checkpoint_id"] = checkpoint_id, parent_id
-        checkpoint_id = wire_checkpoint_id(row.thread_id, row.namespace, checkpoint_id)
-        if parent_id is not None:
-            parent_id = wire_checkpoint_id(row.thread_id, row.namespace, parent_id)
+    checkpoint_id, parent_id = _sent_ids(row, own_ids, extension)
     # An encoder sees the state as a JSON object, so only then is it parsed.
     sent_state = state if encoder is CLEAR else encoder.encode(orjson.loads(orjson.dumps(state)))
     item: dict[str, Any] = {
@@ -247,28 +224,79 @@ def to_wire(
         "parent_checkpoint_id": parent_id,
         "state_snapshot": sent_state,
         "metadata": {
-            "node_input": payloads["node_input"][0],
-            "node_output": payloads["node_output"][0],
+            "node_input": payloads["node_input"],
+            "node_output": payloads["node_output"],
             "iteration": row.iteration,
             "iteration_counters": counters,
             "interrupt_reason": row.interrupt_reason,
-            "interrupt_context": payloads["interrupt_context"][0],
+            "interrupt_context": payloads["interrupt_context"],
             "agent_path": row.agent_path,
-            "chain_name": name or None,
+            "chain_name": row.runner or None,
             EXTENSION_KEY: extension,
         },
         "created_at": row.created_at.isoformat(),
         "sequence": row.seq,
     }
-    body = orjson.dumps(item)
-    if stripped is None and not state_wrapped and encoder is CLEAR:
-        text = row.state
-        state_bytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-    else:
-        state_bytes = len(orjson.dumps(sent_state))
+    # The stored text is what is sent when nothing wrapped or encoded it: its length is the size.
+    as_stored = stripped is None and not state_wrapped and encoder is CLEAR
+    state_bytes = _text_bytes(row.state) if as_stored else len(orjson.dumps(sent_state))
     return WireRow(
-        body, state_bytes, checkpoint_id, row.step_type, agent_id, row.thread_id, row.namespace
+        orjson.dumps(item),
+        state_bytes,
+        checkpoint_id,
+        row.step_type,
+        agent_id,
+        row.thread_id,
+        row.namespace,
     )
+
+
+def _payload_parts(
+    row: EncodedCheckpoint, stripped: str | None
+) -> tuple[Any, dict[str, Any], Any, Any, list[str]]:
+    """The state, the other payloads, the user metadata and the counters as sent (embedded
+    codec text, or empty for a stripped row), and the names of the payloads wrapped."""
+    if stripped is not None:
+        empty: dict[str, Any] = {}
+        return _stripped_state(row), dict.fromkeys(_PAYLOAD_FIELDS, empty), {}, {}, []
+    state, state_wrapped = _embedded(row.state)
+    embedded = {name: _embedded(getattr(row, name)) for name in _PAYLOAD_FIELDS}
+    wrapped = ["state"] if state_wrapped else []
+    wrapped += [name for name, (_, was) in embedded.items() if was]
+    payloads = {name: value for name, (value, _) in embedded.items()}
+    metadata, counters = orjson.Fragment(row.metadata), orjson.Fragment(row.iteration_counters)
+    return state, payloads, metadata, counters, wrapped
+
+
+def _sent_ids(
+    row: EncodedCheckpoint, own_ids: bool, extension: dict[str, Any]
+) -> tuple[str, str | None]:
+    """The checkpoint and parent ids sent: the store's own, or derived ones with the
+    originals kept in ``extension`` (a plane that keys rows by checkpoint id alone)."""
+    checkpoint_id, parent_id = row.checkpoint_id, row.parent_checkpoint_id
+    if own_ids:
+        return checkpoint_id, parent_id
+    extension["checkpoint_id"], extension["parent_checkpoint_id"] = checkpoint_id, parent_id
+    derived_parent = None
+    if parent_id is not None:
+        derived_parent = wire_checkpoint_id(row.thread_id, row.namespace, parent_id)
+    return wire_checkpoint_id(row.thread_id, row.namespace, checkpoint_id), derived_parent
+
+
+def _resource(
+    row: EncodedCheckpoint, agent_ids: Mapping[str, str] | None
+) -> tuple[str, str | None, str | None]:
+    """The row's resource type and its agent id (resolved to the plane's) or chain id."""
+    kind = resource_type(row.agent_path, row.node_id)
+    if kind == "chain":
+        return kind, None, row.runner
+    if not row.runner:
+        return kind, None, None
+    return kind, (agent_ids or {}).get(row.runner, row.runner), None
+
+
+def _text_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _stripped_state(row: EncodedCheckpoint) -> dict[str, Any]:
@@ -337,22 +365,7 @@ def checkpoint_from_wire(
         )
     metadata = item.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
-    where = f"checkpoint {str(item.get('checkpoint_id'))[:80]!r} of execution {item['execution_id'][:80]!r}"
-    created_at = _parse_time(item.get("created_at"))
-    runner = metadata.get("chain_name") or item.get("agent_id") or item.get("chain_id") or ""
-    common: dict[str, Any] = {
-        "thread_id": item["execution_id"],
-        "checkpoint_id": item.get("checkpoint_id") or "",
-        "parent_checkpoint_id": item.get("parent_checkpoint_id"),
-        "runner": str(runner),
-        "agent_path": metadata.get("agent_path"),
-        "node_id": item.get("node_id") or "",
-        "step": int(item.get("step_index") or 0),
-        "step_type": item.get("step_type"),
-        "iteration": int(metadata.get("iteration") or 0),
-        "interrupt_reason": metadata.get("interrupt_reason"),
-        "created_at": created_at,
-    }
+    common = _common_fields(item, metadata)
     if not is_durability_item(item):
         return Checkpoint(
             **common,
@@ -364,29 +377,13 @@ def checkpoint_from_wire(
             iteration_counters=metadata.get("iteration_counters") or {},
             interrupt_context=metadata.get("interrupt_context") or {},
         )
+    where = f"checkpoint {str(item.get('checkpoint_id'))[:80]!r} of execution {item['execution_id'][:80]!r}"
     extension = metadata[EXTENSION_KEY]
     wrapped = set(extension.get("wrapped") or ())
-    name = extension.get("payload") or CLEAR.name
-    encoder = CLEAR if name == CLEAR.name else (encoders or {}).get(name)
-    if encoder is None:
-        raise RestoreError(
-            f"cannot read {where}: its state was sent through the payload encoder {name!r}, "
-            "which this process does not have; pass it as encoders={name: encoder}"
-        )
-    state = encoder.decode(item.get("state_snapshot") or {})
+    state = _payload_encoder(extension, encoders, where).decode(item.get("state_snapshot") or {})
 
     def value(raw: Any, field: str) -> Any:
-        raw = raw if raw is not None else {}
-        if field in wrapped:
-            raw = raw.get("value") if isinstance(raw, dict) else raw
-        if field == "state" and isinstance(raw, dict) and raw.get("$t") == "enc":
-            # A sealed state comes back as it went: its envelope, untouched, opened by the store
-            # holding the key (orjson writes the same compact text, members in their order).
-            return Sealed(orjson.dumps(raw).decode())
-        try:
-            return codec.loads(orjson.dumps(raw), path=field, allowed_modules=allowed_modules)
-        except CodecError as exc:
-            raise RestoreError(f"cannot read {where}: {exc}") from exc
+        return _payload_value(raw, field, field in wrapped, where, allowed_modules)
 
     common["checkpoint_id"], common["parent_checkpoint_id"] = store_ids(item)
     return Checkpoint(
@@ -403,6 +400,55 @@ def checkpoint_from_wire(
         interrupt_context=value(metadata.get("interrupt_context"), "interrupt_context"),
         metadata=value(extension.get("metadata"), "metadata"),
     )
+
+
+def _common_fields(item: Mapping[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The fields every wire item carries the same way, this project's or another client's."""
+    runner = metadata.get("chain_name") or item.get("agent_id") or item.get("chain_id") or ""
+    return {
+        "thread_id": item["execution_id"],
+        "checkpoint_id": item.get("checkpoint_id") or "",
+        "parent_checkpoint_id": item.get("parent_checkpoint_id"),
+        "runner": str(runner),
+        "agent_path": metadata.get("agent_path"),
+        "node_id": item.get("node_id") or "",
+        "step": int(item.get("step_index") or 0),
+        "step_type": item.get("step_type"),
+        "iteration": int(metadata.get("iteration") or 0),
+        "interrupt_reason": metadata.get("interrupt_reason"),
+        "created_at": _parse_time(item.get("created_at")),
+    }
+
+
+def _payload_encoder(
+    extension: Mapping[str, Any], encoders: Mapping[str, PayloadEncoder] | None, where: str
+) -> PayloadEncoder:
+    """The payload encoder the item's state was sent through (``clear`` is always known)."""
+    name = extension.get("payload") or CLEAR.name
+    encoder = CLEAR if name == CLEAR.name else (encoders or {}).get(name)
+    if encoder is None:
+        raise RestoreError(
+            f"cannot read {where}: its state was sent through the payload encoder {name!r}, "
+            "which this process does not have; pass it as encoders={name: encoder}"
+        )
+    return encoder
+
+
+def _payload_value(
+    raw: Any, field: str, wrapped: bool, where: str, allowed_modules: tuple[str, ...]
+) -> Any:
+    """A payload as the store keeps it: unwrapped, decoded by the codec, or a sealed envelope."""
+    raw = raw if raw is not None else {}
+    if wrapped:
+        raw = raw.get("value") if isinstance(raw, dict) else raw
+    if field == "state" and isinstance(raw, dict) and raw.get("$t") == "enc":
+        # A sealed state comes back as it went: its envelope, untouched, opened by the store
+        # holding the key (orjson writes the same compact text, members in their order).
+        return Sealed(orjson.dumps(raw).decode())
+    try:
+        return codec.loads(orjson.dumps(raw), path=field, allowed_modules=allowed_modules)
+    except CodecError as exc:
+        raise RestoreError(f"cannot read {where}: {exc}") from exc
 
 
 def store_ids(item: Mapping[str, Any]) -> tuple[str, str | None]:
