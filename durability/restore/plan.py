@@ -352,63 +352,17 @@ def _plan(
     project_id: str,
     encoders: Mapping[str, Any],
 ) -> RestorePlan:
-    from durability.errors import ReplicationError
-    from durability.replication.wire import checkpoint_from_wire, is_durability_item, was_stripped
-
     warnings: list[str] = []
     refusal, local = _local_checks(store, thread_id, warnings)
-    try:
-        latest = client.latest(thread_id)
-        pages = None if latest is None else client.iter_history(thread_id)
-        items = [] if latest is None else ([latest] if pages is None else list(pages) or [latest])
-    except ReplicationError as exc:
-        if isinstance(exc, RestoreError):  # a path the plane's router could not route
-            raise
-        raise RestoreError(
-            f"cannot restore thread {thread_id[:80]!r}: {exc}"
-            + (f"; {exc.hint}" if exc.hint else "")
-        ) from exc
-    source = SOURCE_HISTORY if pages is not None else SOURCE_LATEST
+    items, source = _fetch(client, thread_id)
     now = store.clock()
     if not items:
         return RestorePlan(
             thread_id, client.target, source, local=local, refusal=refusal, planned_at=now
         )
-    rows = []
-    notes: dict[str, str] = {}
-    seen: set[tuple[str, str]] = set()
-    for item in items:
-        cp = checkpoint_from_wire(item, encoders=encoders)
-        if (cp.namespace, cp.checkpoint_id) in seen:
-            # One checkpoint the plane holds under two wire ids (sent before and after the
-            # plane announced how it keys rows): the first stored is the one kept.
-            continue
-        seen.add((cp.namespace, cp.checkpoint_id))
-        if not is_durability_item(item):
-            cp = cp.evolve(project_id=project_id)
-        stripped = was_stripped(item)
-        if stripped:
-            notes[cp.checkpoint_id] = f"state-stripped: {stripped}"
-            warnings.append(
-                f"the run end {cp.checkpoint_id[:80]!r} reached the plane state-stripped "
-                f"({stripped[:200]}): its restored state holds only the run's outcome"
-            )
-        rows.append(cp)
+    rows, notes = _decode(items, project_id, encoders, warnings)
     last = rows[-1]
-    if source == SOURCE_LATEST:
-        warnings.append(
-            f"the plane {client.target} serves only the latest checkpoint (no history): only it is "
-            "restored, so no earlier step can be forked from"
-            + (
-                ", and this failed run cannot be resumed (nothing before its run end)"
-                if last.is_run_end and last.status == FAILED
-                else ""
-            )
-        )
-    if last.is_run_end and last.status != FAILED:
-        warnings.append(
-            f"its run {last.run_id[:80]!r} completed: a resume will refuse it (fork it to continue)"
-        )
+    _last_checkpoint_warnings(last, source, client.target, warnings)
     park = _park_of(store, last, now, warnings)
     if park is not None and refusal is None:
         refusal = _park_refusal(store, park)
@@ -429,6 +383,73 @@ def _plan(
         notes=notes,
         planned_at=now,
     )
+
+
+def _fetch(client: PlaneClient, thread_id: str) -> tuple[list[Any], str]:
+    """The plane's items of the thread (its history, else its latest) and which it served."""
+    from durability.errors import ReplicationError
+
+    try:
+        latest = client.latest(thread_id)
+        pages = None if latest is None else client.iter_history(thread_id)
+        items = [] if latest is None else ([latest] if pages is None else list(pages) or [latest])
+    except ReplicationError as exc:
+        if isinstance(exc, RestoreError):  # a path the plane's router could not route
+            raise
+        raise RestoreError(
+            f"cannot restore thread {thread_id[:80]!r}: {exc}"
+            + (f"; {exc.hint}" if exc.hint else "")
+        ) from exc
+    return items, SOURCE_HISTORY if pages is not None else SOURCE_LATEST
+
+
+def _decode(
+    items: list[Any], project_id: str, encoders: Mapping[str, Any], warnings: list[str]
+) -> tuple[list[Checkpoint], dict[str, str]]:
+    """The items as checkpoints (each once) and notes on those that arrived state-stripped."""
+    from durability.replication.wire import checkpoint_from_wire, is_durability_item, was_stripped
+
+    rows: list[Checkpoint] = []
+    notes: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        cp = checkpoint_from_wire(item, encoders=encoders)
+        if (cp.namespace, cp.checkpoint_id) in seen:
+            # One checkpoint the plane holds under two wire ids (sent before and after the
+            # plane announced how it keys rows): the first stored is the one kept.
+            continue
+        seen.add((cp.namespace, cp.checkpoint_id))
+        if not is_durability_item(item):
+            cp = cp.evolve(project_id=project_id)
+        stripped = was_stripped(item)
+        if stripped:
+            notes[cp.checkpoint_id] = f"state-stripped: {stripped}"
+            warnings.append(
+                f"the run end {cp.checkpoint_id[:80]!r} reached the plane state-stripped "
+                f"({stripped[:200]}): its restored state holds only the run's outcome"
+            )
+        rows.append(cp)
+    return rows, notes
+
+
+def _last_checkpoint_warnings(
+    last: Checkpoint, source: str, target: str, warnings: list[str]
+) -> None:
+    """What the restored thread's last checkpoint means for a resume or a fork."""
+    if source == SOURCE_LATEST:
+        warnings.append(
+            f"the plane {target} serves only the latest checkpoint (no history): only it is "
+            "restored, so no earlier step can be forked from"
+            + (
+                ", and this failed run cannot be resumed (nothing before its run end)"
+                if last.is_run_end and last.status == FAILED
+                else ""
+            )
+        )
+    if last.is_run_end and last.status != FAILED:
+        warnings.append(
+            f"its run {last.run_id[:80]!r} completed: a resume will refuse it (fork it to continue)"
+        )
 
 
 def _held_locally(thread_id: str, local: LocalThread) -> str:
