@@ -16,11 +16,13 @@ from durability.errors import (
 )
 from durability.model import (
     Checkpoint,
+    Deleted,
     Park,
 )
 from durability.restore.plan import (
     ENV_RESTORE,
     RESTORE_LEASE,
+    LocalThread,
     RestorePlan,
     RestoreResult,
     _held_locally,
@@ -70,24 +72,7 @@ def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -
     store.acquire_lease(thread_id, holder, RESTORE_LEASE)
     try:
         local = local_thread(store, thread_id, holder=holder)
-        deleted = None
-        if local is not None:
-            if not overwrite:
-                raise RestoreError(
-                    f"refusing to restore into {store!r}: {_held_locally(thread_id, local)}"
-                )
-            deleted = store.delete_thread(thread_id)
-            store.acquire_lease(thread_id, holder, RESTORE_LEASE)  # the delete took the ledger
-            log.warning(
-                "restore of thread %r into %r replaced the local thread: deleted %d checkpoint(s) "
-                "(%d not on the plane) and %d pending write(s)%s",
-                thread_id[:80],
-                store,
-                deleted.checkpoints,
-                local.unsynced,
-                deleted.writes,
-                " and its pending park" if local.park is not None else "",
-            )
+        deleted = None if local is None else _replace(store, thread_id, local, holder, overwrite)
         written, park = _write(store, plan)
     finally:
         store.release_lease(thread_id, holder)
@@ -108,6 +93,28 @@ def apply_restore(store: Store, plan: RestorePlan, *, overwrite: bool = False) -
         deleted=deleted,
         warnings=plan.warnings,
     )
+
+
+def _replace(
+    store: Store, thread_id: str, local: LocalThread, holder: str, overwrite: bool
+) -> Deleted:
+    """Delete the local thread a restore with ``overwrite`` replaces (else refuse), keeping
+    the restore's lease."""
+    if not overwrite:
+        raise RestoreError(f"refusing to restore into {store!r}: {_held_locally(thread_id, local)}")
+    deleted = store.delete_thread(thread_id)
+    store.acquire_lease(thread_id, holder, RESTORE_LEASE)  # the delete took the ledger
+    log.warning(
+        "restore of thread %r into %r replaced the local thread: deleted %d checkpoint(s) "
+        "(%d not on the plane) and %d pending write(s)%s",
+        thread_id[:80],
+        store,
+        deleted.checkpoints,
+        local.unsynced,
+        deleted.writes,
+        " and its pending park" if local.park is not None else "",
+    )
+    return deleted
 
 
 def _write(store: Store, plan: RestorePlan) -> tuple[list[Checkpoint], Park | None]:
