@@ -60,7 +60,6 @@ def restore(
     refused unless --overwrite. Exit code 1 when the plane holds nothing of THREAD or the
     restore is refused (with --dry-run: would be refused, as the store stands now).
     """
-    from durability._util import redact_url
     from durability.errors import DurabilityError
     from durability.replication.client import PlaneClient
     from durability.restore import apply_restore, plan_restore
@@ -84,6 +83,15 @@ def restore(
                 result = apply_restore(store, plan, overwrite=overwrite)
             except DurabilityError as exc:
                 error = str(exc)
+    _report(plan, result, error, url=url, dry_run=dry_run, as_json=as_json)
+
+
+def _report(
+    plan: Any, result: Any, error: str | None, *, url: str, dry_run: bool, as_json: bool
+) -> None:
+    """The plan and what was restored, as JSON or for people; exit 1 with the error."""
+    from durability._util import redact_url
+
     if as_json:
         print_json(
             {
