@@ -85,22 +85,21 @@ def status(url: str, as_json: bool) -> None:
         ],
         width=120,
     )
-    unsent = sum(r.pending + r.quarantined for r in rows)
-    if not unsent:
-        return
-    if replicates:
-        click.echo(
-            "\nThe store replicates: the sweep, `durability threads delete` and Redis's TTL keep "
-            "every row the plane lacks until it is sent (a disconnected project's at its next "
-            "connect). "
-            "`durability outbox forget URL --project P` gives up a plane for good."
-        )
-    else:
-        click.echo(
-            "\nThe store was never connected (or its connections were forgotten), so it does not "
-            "replicate: nothing keeps these rows from the sweep; those still held when a project "
-            "first connects are sent then."
-        )
+    if sum(r.pending + r.quarantined for r in rows):
+        click.echo(_UNSENT_REPLICATING if replicates else _UNSENT_NOT_REPLICATING)
+
+
+#: What keeps the rows the plane lacks, for a store that replicates and one that does not.
+_UNSENT_REPLICATING = (
+    "\nThe store replicates: the sweep, `durability threads delete` and Redis's TTL keep "
+    "every row the plane lacks until it is sent (a disconnected project's at its next "
+    "connect). `durability outbox forget URL --project P` gives up a plane for good."
+)
+_UNSENT_NOT_REPLICATING = (
+    "\nThe store was never connected (or its connections were forgotten), so it does not "
+    "replicate: nothing keeps these rows from the sweep; those still held when a project "
+    "first connects are sent then."
+)
 
 
 def _seconds(now: datetime, then: datetime | None) -> float | None:
