@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from durability.cli._common import (
@@ -17,6 +19,9 @@ from durability.humanize import format_bytes
 from durability.stores.parks import park_of
 from durability.stores.rows import ID_FIELDS, SCALAR_FIELDS
 from durability.vocabulary import status_word
+
+if TYPE_CHECKING:
+    from durability.model import Checkpoint, Park, ThreadRecord
 
 
 def register(cli: click.Group) -> None:
@@ -91,38 +96,51 @@ def show_thread(
         history = store.history(thread_id, namespace, keep_sealed=not with_state)
         park = park_of(store, thread_id)
     if as_json:
-        rows = []
-        for cp in history:
-            row = {k: getattr(cp, k) for k in _CHECKPOINT_FIELDS}
-            if with_state:
-                from durability.cli._common import to_jsonable
+        checkpoints = [_checkpoint_json(cp, with_state) for cp in history]
+        print_json(
+            {"thread": _record_json(record), "park": _park_json(park), "checkpoints": checkpoints}
+        )
+    else:
+        _print_thread(record, park, history)
 
-                row["state"] = to_jsonable(cp.state)
-            rows.append(row)
-        print_json({"thread": _record_json(record), "park": _park_json(park), "checkpoints": rows})
-        return
+
+def _checkpoint_json(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
+    row = {k: getattr(cp, k) for k in _CHECKPOINT_FIELDS}
+    if with_state:
+        from durability.cli._common import to_jsonable
+
+        row["state"] = to_jsonable(cp.state)
+    return row
+
+
+#: The columns of `threads show`'s table, one per checkpoint.
+_SHOW_COLUMNS = (
+    "seq",
+    "checkpoint",
+    "namespace",
+    "run",
+    "node",
+    "step",
+    "step type",
+    "status",
+    "created",
+    "bytes",
+)
+
+
+def _print_thread(record: ThreadRecord, park: Park | None, history: list[Checkpoint]) -> None:
+    """The thread's totals, its finished mark and park, and its checkpoints, for people."""
     click.echo(
-        f"thread {thread_id}: {record.checkpoints} checkpoints, {format_bytes(record.size_bytes)}, owner {record.owner or '-'}"
+        f"thread {record.thread_id}: {record.checkpoints} checkpoints, "
+        f"{format_bytes(record.size_bytes)}, owner {record.owner or '-'}"
     )
     if record.finished_at:
-        click.echo(
-            f"finished at {record.finished_at.isoformat()}, due for the sweep at {record.due_at.isoformat() if record.due_at else '-'}"
-        )
+        due = record.due_at.isoformat() if record.due_at else "-"
+        click.echo(f"finished at {record.finished_at.isoformat()}, due for the sweep at {due}")
     if park is not None:
         click.echo(f"parked: {park.reason!r}, deadline {park.deadline.isoformat()}")
     print_table(
-        [
-            "seq",
-            "checkpoint",
-            "namespace",
-            "run",
-            "node",
-            "step",
-            "step type",
-            "status",
-            "created",
-            "bytes",
-        ],
+        list(_SHOW_COLUMNS),
         [
             (
                 c.seq,
@@ -134,7 +152,7 @@ def show_thread(
                 c.step_type,
                 status_word(c.status),
                 c.created_at,
-                format_bytes(c.size_bytes),
+                format_bytes(c.size_bytes or 0),
             )
             for c in history
         ],
