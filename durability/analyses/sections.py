@@ -24,6 +24,14 @@ def add_sections(
     backtest" to ``page`` (the report's page). ``policies`` are the one in force, then the
     proposed one; ``size_limit`` the size the forecast dates (default: twice today's bytes)."""
     in_force, proposed = policies
+    total = _where_bytes(page, store)
+    _readiness(page, store)
+    _forecast(page, store, policies, at, size_limit or max(2 * total, 1))
+    _backtest(page, store, in_force, proposed, at, backtest_days)
+
+
+def _where_bytes(page: Any, store: Store) -> int:
+    """The "Where the bytes are" section; returns the store's bytes."""
     owners = analyses.bytes_by(store, "owner")
     keys = analyses.bytes_by_state_key(store)
     total = int(owners["size_bytes"].sum())
@@ -39,7 +47,10 @@ def add_sections(
     s.table(keys, "by top-level state key (a sample)")
     s.table(analyses.largest_threads(store, 10), "the largest threads")
     s.table(analyses.largest_checkpoints(store, 10), "the largest checkpoints")
+    return total
 
+
+def _readiness(page: Any, store: Store) -> None:
     ready = analyses.readiness(store)
     by_owner = analyses.readiness_by_owner(ready)
     s = page.section(
@@ -53,7 +64,10 @@ def add_sections(
         ready[ready["restorable"] != "everything"], "threads a restore would not bring back whole"
     )
 
-    limit = size_limit or max(2 * total, 1)
+
+def _forecast(
+    page: Any, store: Store, policies: list[simulate.Policy], at: datetime, limit: int
+) -> None:
     frame = analyses.forecast(store, policies, now=at)
     crossings = analyses.crossing(frame, limit)
     said = "; ".join(
@@ -68,11 +82,20 @@ def add_sections(
     )
     page.chart(s, charts.forecast_chart(frame, limit), "forecast", "growth forecast")
 
-    result = analyses.backtest(store, proposed, in_force=in_force, days=backtest_days, now=at)
+
+def _backtest(
+    page: Any,
+    store: Store,
+    in_force: simulate.Policy,
+    proposed: simulate.Policy,
+    at: datetime,
+    days: int,
+) -> None:
+    result = analyses.backtest(store, proposed, in_force=in_force, days=days, now=at)
     cuts = result.cuts[result.cuts["policy"] == proposed.label]
     s = page.section(
         "Retention backtest",
-        f"The last {backtest_days} days replayed, one sweep a day, under the policy in force and "
+        f"The last {days} days replayed, one sweep a day, under the policy in force and "
         f"{proposed.label}: the storage each would have held and the conversations each would "
         f"have cut between two turns ({len(cuts)} under the proposed one). Note: "
         f"{analyses.CAVEAT}.",
