@@ -141,16 +141,15 @@ def _runs_frame(
     for (thread_id, run_id), members in runs_of.items():
         last = members[-1]
         ended = last["step_type"] == STEP_RUN_END
+        newest = latest[thread_id] is last
         if ended:
             status = FAILED if last["status"] == FAILED else "completed"
         elif parked.get(thread_id) == (run_id, last["checkpoint_id"]) or (
-            interrupted_is_parked and last["status"] == INTERRUPTED and latest[thread_id] is last
+            interrupted_is_parked and last["status"] == INTERRUPTED and newest
         ):
             status = "parked"
-        elif leases.get(thread_id) == run_id:
-            status = "running"
         else:
-            status = "stalled" if latest[thread_id] is last else "abandoned"
+            status = "running" if leases.get(thread_id) == run_id else _unfinished(newest)
         started = members[0]["created_at"]
         end = ends.get(thread_id + "\x00" + last["checkpoint_id"], {}) if ended else {}
         reason, error = end.get("run_reason"), end.get("run_error")
@@ -168,6 +167,17 @@ def _runs_frame(
         )
         out["reason"].append(None if reason is None else str(reason))
         out["error"].append(None if error is None else str(error))
+    return _typed_runs(out)
+
+
+def _unfinished(newest: bool) -> str:
+    """A run neither ended, parked nor running: ``stalled`` while it holds the thread's newest
+    row (a resume continues it), else ``abandoned`` (a later run wrote after it)."""
+    return "stalled" if newest else "abandoned"
+
+
+def _typed_runs(out: dict[str, list[Any]]) -> pd.DataFrame:
+    """The runs frame's columns, typed."""
     return pd.DataFrame(
         {
             "run_id": strings(out["run_id"]),
