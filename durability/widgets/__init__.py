@@ -48,7 +48,7 @@ from durability.model import ThreadRecord
 from durability.replication import describe_drains
 from durability.settings import Settings, format_duration
 from durability.sweep import HORIZONS, SweepPlan, plan_sweep
-from durability.widgets._parts import button, guarded, message, show, table
+from durability.widgets._parts import button, classed, guarded, message, show, table
 from durability.widgets.erase import EraseControls
 from durability.widgets.restore import RestorePanel
 
@@ -190,30 +190,25 @@ class RetentionPlanner:
         self.threads_frame = frames.threads(store, start)
         self._threads_at = start
         waiting, finished = _days(self.current.waiting), _days(self.current.finished)
-        self.waiting = w.IntSlider(
-            value=waiting,
-            min=1,
-            max=max(90, 2 * waiting),
-            description="waiting (days)",
-            continuous_update=False,
+        slider = {"min": 1, "continuous_update": False}
+        self.waiting = classed(
+            w.IntSlider(
+                value=waiting, max=max(90, 2 * waiting), description="waiting (days)", **slider
+            ),
+            "durability-retention-waiting",
         )
-        self.waiting.add_class("durability-retention-waiting")
-        self.finished = w.IntSlider(
-            value=finished,
-            min=1,
-            max=max(30, 2 * finished),
-            description="finished (days)",
-            continuous_update=False,
+        self.finished = classed(
+            w.IntSlider(
+                value=finished, max=max(30, 2 * finished), description="finished (days)", **slider
+            ),
+            "durability-retention-finished",
         )
-        self.finished.add_class("durability-retention-finished")
-        self.now = w.DatePicker(value=start.date(), description="now")
-        self.now.add_class("durability-retention-now")
-        self.summary = w.HTML()
-        self.summary.add_class("durability-retention-summary")
-        self.chart = w.Output()
-        self.chart.add_class("durability-retention-chart")
-        self.table = w.Output()
-        self.table.add_class("durability-retention-table")
+        self.now = classed(
+            w.DatePicker(value=start.date(), description="now"), "durability-retention-now"
+        )
+        self.summary = classed(w.HTML(), "durability-retention-summary")
+        self.chart = classed(w.Output(), "durability-retention-chart")
+        self.table = classed(w.Output(), "durability-retention-table")
         self.plan: SweepPlan | None = None
         self.frame = pd.DataFrame()
         self.deletes = pd.DataFrame()
@@ -221,9 +216,7 @@ class RetentionPlanner:
         self.figure: Figure | None = None
         for control in (self.waiting, self.finished, self.now):
             control.observe(lambda _: self.update(), names="value")
-        style = {"description_width": "110px"}
-        for control in (self.waiting, self.finished, self.now):
-            control.style = style
+            control.style = {"description_width": "110px"}
         self.widget = w.VBox(
             [
                 w.HBox([self.waiting, self.finished, self.now]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ipywidgets as w
 import pandas as pd
@@ -19,6 +19,15 @@ TABLE_ROWS = 500
 
 
 # ---------------------------------------------------------------------------- display helpers
+
+
+_Widget = TypeVar("_Widget", bound=w.DOMWidget)
+
+
+def classed(widget: _Widget, css: str) -> _Widget:
+    """``widget`` with the CSS class the browser tests and the lab's styles find it by."""
+    widget.add_class(css)
+    return widget
 
 
 def show(output: w.Output, *items: Any) -> None:
