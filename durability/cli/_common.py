@@ -113,6 +113,18 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: in
         click.echo("(none)", err=sys.stderr.isatty())
 
 
+#: The columns every table of checkpoints shows, between its order column and any size.
+CHECKPOINT_COLUMNS = (
+    "checkpoint",
+    "namespace",
+    "run",
+    "node",
+    "step",
+    "step type",
+    "status",
+    "created",
+)
+
 #: Where the CLI finds the plane when a command may talk to one.
 ENV_PLANE_URL = "DURABILITY_PLANE_URL"
 ENV_PLANE_KEY = "DURABILITY_PLANE_API_KEY"

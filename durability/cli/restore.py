@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from durability.cli._common import (
+    CHECKPOINT_COLUMNS,
     friendly_errors,
     json_option,
     open_store,
@@ -125,17 +126,7 @@ def _print_plan(plan: Any) -> None:
     )
     if plan.checkpoints:
         print_table(
-            [
-                "#",
-                "checkpoint",
-                "namespace",
-                "run",
-                "node",
-                "step",
-                "step type",
-                "status",
-                "created",
-            ],
+            ["#", *CHECKPOINT_COLUMNS],
             [
                 (
                     r["order"],

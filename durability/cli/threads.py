@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from durability.cli._common import (
+    CHECKPOINT_COLUMNS,
     friendly_errors,
     json_option,
     open_store,
@@ -113,21 +114,6 @@ def _checkpoint_json(cp: Checkpoint, with_state: bool) -> dict[str, Any]:
     return row
 
 
-#: The columns of `threads show`'s table, one per checkpoint.
-_SHOW_COLUMNS = (
-    "seq",
-    "checkpoint",
-    "namespace",
-    "run",
-    "node",
-    "step",
-    "step type",
-    "status",
-    "created",
-    "bytes",
-)
-
-
 def _print_thread(record: ThreadRecord, park: Park | None, history: list[Checkpoint]) -> None:
     """The thread's totals, its finished mark and park, and its checkpoints, for people."""
     click.echo(
@@ -140,7 +126,7 @@ def _print_thread(record: ThreadRecord, park: Park | None, history: list[Checkpo
     if park is not None:
         click.echo(f"parked: {park.reason!r}, deadline {park.deadline.isoformat()}")
     print_table(
-        list(_SHOW_COLUMNS),
+        ["seq", *CHECKPOINT_COLUMNS, "bytes"],
         [
             (
                 c.seq,
