@@ -195,8 +195,14 @@ def init_notebook() -> None:
     """Make every DataFrame a notebook displays a sortable, searchable, paged table (offline:
     the page needs no network); :func:`show` adds people's units and cut ids."""
     import itables
+    from IPython.utils.capture import capture_output
 
-    itables.init_notebook_mode(all_interactive=True, connected=False)
+    # itables displays its dark-mode script first and the offline bundle it awaits second; in
+    # JupyterLab the first then runs before the bundle exists and throws. Shown bundle first.
+    with capture_output(stdout=False, stderr=False) as shown:
+        itables.init_notebook_mode(all_interactive=True, connected=False)
+    for output in reversed(shown.outputs):
+        output.display()  # type: ignore[no-untyped-call]
 
 
 def show(frame: pd.DataFrame, caption: str | None = None) -> None:
