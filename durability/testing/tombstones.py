@@ -168,12 +168,16 @@ def check_erase_while_a_run_writes(target: StoreTarget) -> None:
         refused: list[BaseException] = []
 
         def write() -> None:
-            for n in range(1, 10_000):
+            # Writes until refused (or for a minute): a fixed count of puts may all land
+            # before the erase on a fast store.
+            n, deadline = 1, time.monotonic() + 60
+            while time.monotonic() < deadline:
                 try:
                     writer.put(sample("t-busy", n))
                 except ThreadErased as exc:
                     refused.append(exc)
                     return
+                n += 1
 
         runner = threading.Thread(target=write)
         runner.start()
