@@ -42,16 +42,13 @@ from durability._util import redact_url, short
 from durability.clock import Clock, system_clock
 from durability.crypto import Keyring, sealer_for
 from durability.errors import (
-    CapabilityError,
     CheckpointNotFound,
     CheckpointStoreFormatError,
-    DurabilityError,
     InvalidIdError,
-    ParkRefused,
 )
 from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
-from durability.stores.delegate import Delegate
+from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
 from durability.stores.ledger import Ledger
@@ -113,7 +110,7 @@ class ThreadPage:
     cursor: str | None
 
 
-class Store(ABC):
+class Store(DelegatingAliases, ABC):
     """A checkpoint store. Open one with :func:`durability.open`; use it as a context manager.
 
     Every public method validates its arguments before touching the backend, so a refused
@@ -168,7 +165,7 @@ class Store(ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_url(self.url)}>"
 
-    def close(self) -> None:  # noqa: B027 - providers without resources need nothing
+    def close(self) -> None:
         """Release connections. The store may not be used afterwards."""
 
     def ready(self) -> None:
@@ -505,58 +502,6 @@ class Store(ABC):
         """Per thread, how many of its checkpoints the plane does not have; a store without an
         outbox has none (see :meth:`Outbox.unreplicated`)."""
         return {} if self.outbox is None else self.outbox.unreplicated()
-
-    def missing(self, capability: str, action: str) -> DurabilityError:
-        """The refusal for ``action`` on a store that lacks ``capability``."""
-        name = self.provider or type(self).__name__
-        if capability == "parks":
-            return ParkRefused(
-                f"cannot {action}: the {name} store {redact_url(self.url)} cannot hold a parked "
-                "run (a paused run must be readable by whichever worker resumes it); use a "
-                "shared store (postgres or redis) for runs that park"
-            )
-        what = {
-            "ledger": "keeps no thread ledger",
-            "outbox": "keeps no outbox, so it does not replicate",
-        }
-        return CapabilityError(
-            f"cannot {action}: the {name} store {what.get(capability, 'lacks ' + capability)}"
-        )
-
-    # Delegating aliases: the single-class contract's names, kept for its callers.
-    record_run_start = Delegate("ledger", Ledger.record_run_start)
-    mark_finished = Delegate("ledger", Ledger.mark_finished)
-    unmark_finished = Delegate("ledger", Ledger.unmark_finished)
-    acquire_lease = Delegate("ledger", Ledger.acquire_lease)
-    renew_lease = Delegate("ledger", Ledger.renew_lease)
-    release_lease = Delegate("ledger", Ledger.release_lease)
-    finished_due = Delegate("ledger", Ledger.finished_due)
-    park = Delegate("parks", Parks.park)
-    claim_park = Delegate("parks", Parks.claim)
-    get_park = Delegate("parks", Parks.get)
-    fetch_unsynced = Delegate("outbox", Outbox.fetch_unsynced)
-    fetch_unsynced_encoded = Delegate("outbox", Outbox.fetch_unsynced_encoded)
-    mark_synced = Delegate("outbox", Outbox.mark_synced)
-    mark_sent = Delegate("outbox", Outbox.mark_sent)
-    mark_quarantined = Delegate("outbox", Outbox.mark_quarantined)
-    record_attempt = Delegate("outbox", Outbox.record_attempt)
-    release = Delegate("outbox", Outbox.release)
-    record_connection = Delegate("outbox", Outbox.record_connection)
-    record_disconnection = Delegate("outbox", Outbox.record_disconnection)
-    forget_connection = Delegate("outbox", Outbox.forget_connection)
-    connections = Delegate("outbox", Outbox.connections)
-    record_heartbeat = Delegate("outbox", Outbox.record_heartbeat)
-    outbox_summary = Delegate("outbox", Outbox.summary)
-    checkpoint_columns = Delegate("scans", Scans.checkpoint_columns)
-    thread_columns = Delegate("scans", Scans.thread_columns)
-    outbox_columns = Delegate("scans", Scans.outbox_columns)
-    run_end_outputs = Delegate("scans", Scans.run_end_outputs)
-    checkpoints_of_runs = Delegate("scans", Scans.checkpoints_of_runs)
-    sweep_records = Delegate("scans", Scans.sweep_records)
-    sweep_columns = Delegate("scans", Scans.sweep_columns)
-    delete_order = Delegate("scans", Scans.delete_order)
-    delete_threads = Delegate("scans", Scans.delete_threads)
-    still_holding = Delegate("scans", Scans.still_holding)
 
     # ------------------------------------------------------------------ primitives
 

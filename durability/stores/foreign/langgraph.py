@@ -49,9 +49,11 @@ from durability.stores.foreign.langgraph_map import (
 )
 from durability.stores.foreign.langgraph_retention import (
     LangGraphScans,
-    SidecarLedger,
     SQLiteWriter,
     delete_checkpoints,
+)
+from durability.stores.foreign.langgraph_sidecar import (
+    SidecarLedger,
     sidecar_exists,
     sidecar_url,
     with_ledger,
