@@ -17,15 +17,15 @@ from typing import Any
 from durability._util import redact_url
 from durability.archive.format import read_archive
 from durability.errors import ReadOnlyStoreError
-from durability.model import Deleted, Lease, ThreadRecord
+from durability.model import Lease, ThreadRecord
 from durability.settings import Retention
-from durability.stores import rows
 from durability.stores.base import FORMAT_GENERATION
 from durability.stores.memory import MemoryLedger, MemoryStore
-from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite
+from durability.stores.readonly import ReadOnlyWrites
+from durability.stores.rows import EncodedCheckpoint, EncodedWrite
 
 
-class ArchiveStore(MemoryStore):
+class ArchiveStore(ReadOnlyWrites, MemoryStore):
     """The archives of a directory, read-only."""
 
     provider = "archive"
@@ -77,27 +77,6 @@ class ArchiveStore(MemoryStore):
             f"cannot {action}: the archive {redact_url(self.url)} is read-only; copy its threads "
             "into a store to change them (durability copy archive:///DIR URL)"
         )
-
-    def missing(self, capability: str, action: str) -> ReadOnlyStoreError:
-        return self.refuse(action)
-
-    def _wipe(self) -> None:
-        raise self.refuse("reset the store")
-
-    def _write_generation(self, generation: int) -> None:
-        raise self.refuse("record a format generation")
-
-    def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
-        raise self.refuse("put checkpoints")
-
-    def _insert_writes(self, rows: list[EncodedWrite]) -> None:
-        raise self.refuse("store pending writes")
-
-    def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
-        raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
-
-    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
-        raise self.refuse("change a checkpoint's status")
 
 
 class ArchiveLedger(MemoryLedger):

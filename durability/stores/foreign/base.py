@@ -35,17 +35,16 @@ from sqlalchemy.engine import Connection as SAConnection
 from durability._util import redact_url
 from durability.errors import (
     ConfigError,
-    DurabilityError,
     ReadOnlyStoreError,
     StoreError,
     StoreUnavailable,
 )
-from durability.model import Checkpoint, Deleted, Park, PendingWrite
-from durability.stores import rows
+from durability.model import Checkpoint, Park, PendingWrite
 from durability.stores.base import Store
 from durability.stores.outbox import ConnectionRecord, Outbox, RowKey
 from durability.stores.parks import Parks
-from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select
+from durability.stores.readonly import ReadOnlyWrites
+from durability.stores.rows import EncodedCheckpoint, Select
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -82,7 +81,7 @@ class WrittenRow:
         return self.write
 
 
-class ForeignStore(Store):
+class ForeignStore(ReadOnlyWrites, Store):
     """A store another tool wrote, read in place and never written.
 
     Subclasses set ``source`` (``fastaiagent``, ``langgraph``) and implement the reads.
@@ -240,27 +239,6 @@ class ForeignStore(Store):
             "read-only (durability reads foreign stores in place and never writes to them); "
             f"copy the threads into a durability store to change them"
         )
-
-    def missing(self, capability: str, action: str) -> DurabilityError:
-        return self.refuse(action)
-
-    def _write_generation(self, generation: int) -> None:
-        raise self.refuse("record a format generation")
-
-    def _wipe(self) -> None:
-        raise self.refuse("reset the store")
-
-    def _insert(self, rows: list[EncodedCheckpoint], *, synced: bool) -> list[int]:
-        raise self.refuse("put checkpoints")
-
-    def _insert_writes(self, rows: list[EncodedWrite]) -> None:
-        raise self.refuse("store pending writes")
-
-    def _delete(self, thread_id: str, keys: list[CheckpointKey] | None) -> Deleted:
-        raise self.refuse("delete a thread" if keys is None else "delete checkpoints")
-
-    def _set_status(self, address: rows.CheckpointAddress, change: rows.StatusChange) -> bool:
-        raise self.refuse("change a checkpoint's status")
 
 
 class ForeignParks(Parks):
