@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -46,9 +47,19 @@ def test_the_report_tables_sort_and_search_in_a_browser(tmp_path: Path) -> None:
                 "div.dt-container", has=page.locator("caption", has_text="the largest threads")
             )
             table.locator("tbody tr").first.wait_for()
-            ids = lambda: table.locator("tbody tr td:first-child span").evaluate_all(  # noqa: E731
-                "spans => spans.map(s => s.title)"
-            )
+
+            def ids(expected: list[str] | None = None) -> list[str]:
+                """The rows' full ids; given ``expected``, once the table shows them (a click
+                or a search redraws the table after the event, not within it)."""
+                deadline = time.monotonic() + 10
+                while True:
+                    found: list[str] = table.locator("tbody tr td:first-child span").evaluate_all(
+                        "spans => spans.map(s => s.title)"
+                    )
+                    if expected is None or found == expected or time.monotonic() > deadline:
+                        return found
+                    time.sleep(0.05)
+
             assert ids() == [
                 "thread-big-0123456789",
                 "thread-mid-0123456789",
@@ -60,15 +71,18 @@ def test_the_report_tables_sort_and_search_in_a_browser(tmp_path: Path) -> None:
             assert any(text.endswith("KiB") for text in sizes), sizes
             header = table.locator("thead th", has_text="size_bytes")
             header.click()
-            assert ids() == [
+            ascending = [
                 "thread-small-0123456789",
                 "thread-mid-0123456789",
                 "thread-big-0123456789",
             ]
+            assert ids(ascending) == ascending
             table.locator("thead th", has_text="size_bytes").click()
-            assert ids()[0] == "thread-big-0123456789"
+            descending = ascending[::-1]
+            assert ids(descending)[0] == "thread-big-0123456789"
             table.locator("input[type=search]").fill("mid-0123")
-            assert ids() == ["thread-mid-0123456789"], "the search finds the full id"
+            found = ids(["thread-mid-0123456789"])
+            assert found == ["thread-mid-0123456789"], "the search finds the full id"
             assert errors == []
         finally:
             browser.close()
