@@ -256,9 +256,8 @@ class LangGraphWriter:
         else:
             import psycopg
             from langgraph.checkpoint.postgres import PostgresSaver
-            from psycopg.rows import dict_row
-
             from psycopg.conninfo import make_conninfo
+            from psycopg.rows import dict_row
 
             conninfo = store.engine.url.set(drivername="postgresql").render_as_string(
                 hide_password=False
