@@ -397,14 +397,15 @@ def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
         schema = url.url.split("schema=")[1].split("&")[0]
         with sa.create_engine(POSTGRES_URL).begin() as conn:
             conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        dsn = f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+        server = POSTGRES_URL.split("://", 1)[1]  # the test database, whichever it is
+        dsn = f"postgresql://{server}?options=-csearch_path%3D{schema}"
         with PostgresSaver.from_conn_string(dsn) as saver:
             saver.setup()
             lg.start(saver, "graph")
             lg.start(saver, "deleted")
             with saver._cursor() as cur:
                 cur.execute("DELETE FROM checkpoints WHERE thread_id = 'deleted'")
-        lg_url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+        lg_url = f"langgraph+postgresql://{server}?schema={schema}"
         with durability.open(lg_url) as store:
             problems = diagnose(store).problems
         assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
@@ -429,3 +430,40 @@ def test_a_flows_owned_session_threads_on_a_per_run_store_are_not_breaks(store: 
     assert owned.checkpoints == 0
     assert found(store, now=T0 + timedelta(hours=1)) == set()
     assert found(agents, now=T0 + timedelta(hours=1)) == set()
+
+
+def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None:
+    """On the rebuilt SQLite table (migration 15) every query the doctor sends finds a
+    checkpoint by one index search: none walks a thread's rows by its hash alone (quadratic in a
+    long thread) and none leans on an automatic index SQLite builds per query."""
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    with durability.open(url) as store:
+        put_chain(store, "long", [f"c{i}" for i in range(50)])
+        store.put_writes(
+            [PendingWrite(thread_id="long", checkpoint_id="c1", task_id="t", idx=0, channel="c")]
+        )
+        sent: list[str] = []
+        engine = store.db.engine  # type: ignore[attr-defined]
+
+        def capture(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT"):
+                sent.append(statement)
+
+        sa.event.listen(engine, "before_cursor_execute", capture)
+        try:
+            assert diagnose(store).problems == []
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", capture)
+        plans = []
+        with sqlite3.connect(tmp_path / "plans.db") as conn:
+            for statement in sent:
+                marks = statement.count("?")
+                explained = conn.execute(f"EXPLAIN QUERY PLAN {statement}", [None] * marks)
+                plans += [row[-1] for row in explained]
+    by_ids = "USING INDEX ix_durability_checkpoints_ids (thread_id=? AND namespace=? AND checkpoint_id=?)"
+    # the two anti-joins: a write's checkpoint, a row's parent
+    assert [p.split(" USING")[0] for p in plans if p.endswith(by_ids)] == [
+        "SEARCH durability_checkpoints",
+        "SEARCH parent",
+    ]
+    assert not [p for p in plans if "AUTOMATIC" in p]

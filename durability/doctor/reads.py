@@ -139,10 +139,10 @@ def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
 
     from durability.stores.sql.schema import checkpoints, writes
 
-    c, w = checkpoints.c, writes.c
+    w = writes.c
     query = (
         sa.select(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, w.idx)
-        .where(~sa.exists().where(c.tkey == w.tkey, c.ckey == w.ckey))
+        .where(~sa.exists().where(*_same_checkpoint(store, checkpoints, w)))
         .order_by(w.id)
     )
     found: dict[str, list[WriteKey]] = defaultdict(list)
@@ -150,6 +150,26 @@ def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
         for thread_id, ns, cid, task, idx in conn.execute(query):
             found[thread_id].append((ns, cid, task, idx))
     return dict(found)
+
+
+def _same_checkpoint(store: Store, table: Any, other: Any, checkpoint_id: Any = None) -> list[Any]:
+    """The clauses naming the row of ``table`` that ``other`` (a row with a thread, namespace
+    and checkpoint id) points at: its own checkpoint, or ``checkpoint_id`` (a parent) in its
+    thread and namespace.
+
+    Each probe must be one index search, never a walk through the thread's rows (a thread of
+    10,000 checkpoints would make the check quadratic). SQLite's rebuilt table (migration 15)
+    keeps one unique index of ``(thread_id, namespace, checkpoint_id)`` and no hash index, so
+    there the ids are compared; Postgres keeps the ``(tkey, ckey)`` hashes (its btree cannot
+    hold a 10 KB id) and a parent, which has no hash to compare, is found by its thread's hash
+    and ids (Postgres plans the whole anti-join as a hash join).
+    """
+    t = table.c
+    if checkpoint_id is None and store.provider == "postgres":
+        return [t.tkey == other.tkey, t.ckey == other.ckey]
+    thread = t.thread_id == other.thread_id if store.provider == "sqlite" else t.tkey == other.tkey
+    wanted = other.checkpoint_id if checkpoint_id is None else checkpoint_id
+    return [thread, t.namespace == other.namespace, t.checkpoint_id == wanted]
 
 
 def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
@@ -165,11 +185,7 @@ def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
             c.parent_checkpoint_id.isnot(None),
             c.parent_checkpoint_id != "",
             sa.or_(c.step_type.is_(None), c.step_type != STEP_FORK_ORIGIN),
-            ~sa.exists().where(
-                parent.c.tkey == c.tkey,
-                parent.c.namespace == c.namespace,
-                parent.c.checkpoint_id == c.parent_checkpoint_id,
-            ),
+            ~sa.exists().where(*_same_checkpoint(store, parent, c, c.parent_checkpoint_id)),
             sa.exists().where(
                 older.c.tkey == c.tkey, older.c.namespace == c.namespace, older.c.seq < c.seq
             ),

@@ -504,6 +504,15 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     def _select(self, query: Select) -> Sequence[CheckpointRow]:
         """The thread's rows that :class:`Select` asks for, in its order (empty if none)."""
 
+    def _select_with_writes(self, query: Select) -> tuple[CheckpointRow, Sequence[WriteRow]] | None:
+        """The first row ``query`` selects and its pending writes in write order, or ``None``
+        (a SQL store reads both in one statement)."""
+        rows = self._select(query)
+        if not rows:
+            return None
+        key = (rows[0].namespace, rows[0].checkpoint_id)
+        return rows[0], list(self._select_writes(query.thread_id, [key]).get(key, ()))
+
     @abstractmethod
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
         """Store pending writes: a write with ``idx >= 0`` keeps the first value stored for its

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -316,6 +317,20 @@ class SQLStore(Store):
     def _select(self, query: Select) -> list[EncodedCheckpoint]:
         sql, params = self.sql.select(query)
         return [encoded(r) for r in self.db.execute(query.action, sql, params)]
+
+    @reconnecting
+    def _select_with_writes(
+        self, query: Select
+    ) -> tuple[EncodedCheckpoint, list[EncodedWrite]] | None:
+        sql, params = self.sql.select_with_writes(query)
+        found = self.db.execute(query.action, sql, params)
+        if not found:
+            return None
+        *columns, items = found[0]
+        row = encoded(columns)
+        ids = (row.thread_id, row.namespace, row.checkpoint_id)
+        # Each item is [id, task_id, idx, channel, value, task_path]; the id gives write order.
+        return row, [EncodedWrite(*ids, *w[1:]) for w in sorted(orjson.loads(items or "[]"))]
 
     @reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
