@@ -29,11 +29,10 @@ a store that lacks it they raise the refusal they always raised.
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -52,6 +51,7 @@ from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
 from durability.stores.ledger import Ledger
+from durability.stores.listeners import WriteListeners
 from durability.stores.outbox import Outbox
 from durability.stores.parks import Parks
 from durability.stores.rows import (
@@ -77,11 +77,6 @@ from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
 FORMAT_GENERATION = 1
-
-#: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
-WriteListener = Callable[["Store"], None]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +105,7 @@ class ThreadPage:
     cursor: str | None
 
 
-class Store(DelegatingAliases, ABC):
+class Store(DelegatingAliases, WriteListeners, ABC):
     """A checkpoint store. Open one with :func:`durability.open`; use it as a context manager.
 
     Every public method validates its arguments before touching the backend, so a refused
@@ -140,6 +135,7 @@ class Store(DelegatingAliases, ABC):
         keyring: Keyring | None = None,
         allow_plaintext: bool = False,
     ) -> None:
+        super().__init__()
         self.url = url
         self.settings = settings if settings is not None else Settings.from_env()
         self.clock: Clock = clock if clock is not None else system_clock
@@ -152,7 +148,6 @@ class Store(DelegatingAliases, ABC):
         self.scans = Scans(self)
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._write_listeners: list[WriteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -459,32 +454,6 @@ class Store(DelegatingAliases, ABC):
         its tombstone; the checkpoint puts check theirs atomically in the backend instead)."""
         if self.tombstones is not None:
             self.tombstones.refuse(thread_id, action)
-
-    # ------------------------------------------------------------------ write listeners
-
-    def add_write_listener(self, listener: WriteListener) -> None:
-        """Call ``listener(store)`` after every committed write of unreplicated rows.
-
-        ``put``, ``put_many`` and ``park`` call it after their commit (not for ``synced=True``
-        writes, which have nothing to send). It runs on the writer's thread, so it must be quick
-        and must not block: the replication drain uses it to set an event. An exception it
-        raises is logged and never reaches the writer.
-        """
-        if listener not in self._write_listeners:
-            self._write_listeners.append(listener)
-
-    def remove_write_listener(self, listener: WriteListener) -> None:
-        """Stop calling ``listener`` (a no-op if it was not added)."""
-        if listener in self._write_listeners:
-            self._write_listeners.remove(listener)
-
-    def notify_write(self) -> None:
-        """Tell the write listeners that unreplicated rows were committed."""
-        for listener in tuple(self._write_listeners):
-            try:
-                listener(self)
-            except Exception:  # a listener must never fail the write that already committed
-                logger.exception("a write listener of %r failed", self)
 
     # ------------------------------------------------------------------ capabilities
 
