@@ -566,3 +566,80 @@ def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None
         "SEARCH parent",
     ]
     assert not [p for p in plans if "AUTOMATIC" in p]
+
+
+def _fastaiagent_sdk(*args: str, cwd: Path) -> str:
+    """Run the real fastaiagent SDK (tests/fastaiagent_runs.py) in a subprocess; its output."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "fastaiagent_runs.py"
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _fastaiagent_found(url: str) -> set[tuple[str, str | None, int]]:
+    with durability.open(url, settings=SETTINGS) as store:
+        problems = diagnose(store, now=datetime.now(UTC) + timedelta(hours=1)).problems
+    return {(p.check, p.thread_id, p.rows) for p in problems}
+
+
+FASTAIAGENT_BREAKS = {
+    ("fastaiagent_run_end_quarantined", "exec-done", 1),
+    ("fastaiagent_idempotency_without_execution", "exec-gone", 1),
+}
+
+
+def test_a_fastaiagent_sqlite_store_is_whole_until_the_sdks_bugs_leave_rows(
+    tmp_path: Path,
+) -> None:
+    """A local.db the real SDK wrote (paused, resumed, failed runs; a row synced, one
+    quarantined) reports nothing; the rows its known bugs leave, written through its own calls
+    (a legacy row without checkpoint_id by hand), are each named; --fix refuses the store."""
+    db = tmp_path / "local.db"
+    url = f"fastaiagent+sqlite:///{db}"
+    _fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
+    assert _fastaiagent_found(url) == set()
+    _fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
+    with sqlite3.connect(db) as conn:  # a legacy row: before schema v2, no checkpoint_id
+        conn.execute(
+            "UPDATE checkpoints SET checkpoint_id = NULL WHERE rowid = "
+            "(SELECT min(rowid) FROM checkpoints WHERE execution_id = 'exec-paused')"
+        )
+    assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS | {
+        ("fastaiagent_outbox_stalled", "exec-nan", 1),
+        ("fastaiagent_resent_forever", "exec-paused", 1),
+        ("fastaiagent_created_at_misordered", "exec-times", 1),
+    }
+    fixed = CliRunner().invoke(cli, ["doctor", url, "--fix", "--yes"])
+    assert fixed.exit_code == 1
+    assert "read-only here" in fixed.output
+
+
+def test_a_fastaiagent_postgres_store_is_whole_until_the_sdks_bugs_leave_rows(
+    tmp_path: Path,
+) -> None:
+    """The same on a Postgres schema the real SDK wrote: its jsonb, its required checkpoint_id
+    and its timestamptz rule out the SQLite-only breaks, which are skipped, named."""
+    for target in make_target("postgres", tmp_path):
+        schema = target.url.split("schema=")[1].split("&")[0]
+        with sa.create_engine(POSTGRES_URL).begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        server = POSTGRES_URL.split("://", 1)[1]
+        dsn = f"postgresql://{server}"
+        _fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
+        url = f"fastaiagent+postgresql://{server}?schema={schema}"
+        assert _fastaiagent_found(url) == set()
+        _fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
+        assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS
+        with durability.open(url, settings=SETTINGS) as store:
+            skipped = diagnose(store).skipped
+        assert skipped["fastaiagent_outbox_stalled"] == "not a fastaiagent SQLite store"
