@@ -231,6 +231,14 @@ class Store(DelegatingAliases, WriteListeners, ABC):
             self.notify_write()
         return [stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)]
 
+    def put_returning_seq(self, checkpoint: Checkpoint) -> int:
+        """Store ``checkpoint`` as :meth:`put` does and return only its ``seq``: for a caller
+        that keeps its own copy (the LangGraph saver), which then pays for no returned one."""
+        self.ready()
+        seq = self._insert([self.prepare(checkpoint, action="put a checkpoint")], synced=False)[0]
+        self.notify_write()
+        return seq
+
     def prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         """``cp`` checked and encoded as the store will keep it, its id and time filled in."""
         check_thread(cp.thread_id, cp.namespace, action)

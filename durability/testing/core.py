@@ -44,6 +44,10 @@ def check_put_returns_stored_copy(target: StoreTarget) -> None:
         assert store.latest("t-missing") is None
         raises(CheckpointNotFound, lambda: store.get("t-basic", "nope"), contains="nope")
         raises(KeyError, lambda: store.get("t-missing", "nope"))
+        seq = store.put_returning_seq(sample("t-basic", 2, run_id="r1"))
+        newest = store.latest("t-basic")
+        assert newest is not None
+        assert (newest.seq, newest.step) == (seq, 2), "put_returning_seq returns the row's seq"
 
 
 @check
