@@ -20,11 +20,6 @@ from durability.cli._common import (
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``doctor`` command."""
-    cli.add_command(doctor)
-
-
 @click.command()
 @url_argument
 @click.option(
