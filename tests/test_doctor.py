@@ -273,15 +273,52 @@ def test_a_store_of_another_generation_is_named_alone(target: StoreTarget) -> No
 
 
 def test_the_demo_store_is_whole(replicated_demo: str) -> None:
-    """`durability doctor` on the demo store finds no break and exits 0; what it notes is the
-    sweep's pending work (the demo's history never ran a sweep, for plan_retention to show)."""
+    """`durability doctor` on the demo store finds no error and no warning, says "is whole" and
+    exits 0, in text and in JSON. What it notes (severity info) is the sweep's pending work,
+    kept on purpose: the demo's six weeks never ran a sweep, so that plan_retention and the
+    sweep preview have something to show (decision 0115)."""
     result = CliRunner().invoke(cli, ["doctor", replicated_demo, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["clean"]
     assert report["counts"]["error"] == report["counts"]["warning"] == 0
+    assert {p["severity"] for p in report["problems"]} == {"info"}
     assert {p["check"] for p in report["problems"]} == {"finished_past_due", "park_past_deadline"}
+    assert all(p["fix"].startswith("durability sweep") for p in report["problems"])
     assert "missing_parent" in report["checks"]
+    text = CliRunner().invoke(cli, ["doctor", replicated_demo])
+    assert text.exit_code == 0, text.output
+    verdict = text.output.splitlines()[0]
+    assert " is whole: " in verdict
+    assert "error" not in verdict
+    assert "warning" not in verdict
+    assert "WARNING" not in text.output
+    assert "ERROR" not in text.output
+
+
+def test_the_demos_notes_after_a_sweep_are_what_it_spares(
+    replicated_demo: str, tmp_path: Path
+) -> None:
+    """On a copy of the demo store, `durability sweep` acts on the notes: what the doctor still
+    notes is only what the sweep spares on purpose (finished threads whose rows the plane does
+    not hold yet) and parks past their deadline whose threads wait out their retention."""
+    import shutil
+
+    source = Path(replicated_demo.removeprefix("sqlite:///"))
+    for suffix in ("", "-wal"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copy(f"{source}{suffix}", tmp_path / f"demo.db{suffix}")
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    before = json.loads(CliRunner().invoke(cli, ["doctor", url, "--json"]).output)
+    swept = CliRunner().invoke(cli, ["sweep", url, "--json"])
+    assert swept.exit_code == 0, swept.output
+    spared = {s["thread_id"] for s in json.loads(swept.output)["spared"]["finished"]}
+    after = json.loads(CliRunner().invoke(cli, ["doctor", url, "--json"]).output)
+    assert after["clean"]
+    assert len(after["problems"]) < len(before["problems"])
+    marks = {p["thread_id"] for p in after["problems"] if p["check"] == "finished_past_due"}
+    assert marks <= spared
+    assert {p["check"] for p in after["problems"]} <= {"finished_past_due", "park_past_deadline"}
 
 
 def test_the_cli_names_each_break_and_exits_1(tmp_path: Path) -> None:
