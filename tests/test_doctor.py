@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from conftest import fastaiagent_sdk
 
 import durability
 from durability import Checkpoint, PendingWrite, frames
@@ -605,24 +606,6 @@ def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None
     assert not [p for p in plans if "AUTOMATIC" in p]
 
 
-def _fastaiagent_sdk(*args: str, cwd: Path) -> str:
-    """Run the real fastaiagent SDK (tests/fastaiagent_runs.py) in a subprocess; its output."""
-    import subprocess
-    import sys
-
-    script = Path(__file__).parent / "fastaiagent_runs.py"
-    out = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
 def _fastaiagent_found(url: str) -> set[tuple[str, str | None, int]]:
     with durability.open(url, settings=SETTINGS) as store:
         problems = diagnose(store, now=datetime.now(UTC) + timedelta(hours=1)).problems
@@ -643,9 +626,9 @@ def test_a_fastaiagent_sqlite_store_is_whole_until_the_sdks_bugs_leave_rows(
     (a legacy row without checkpoint_id by hand), are each named; --fix refuses the store."""
     db = tmp_path / "local.db"
     url = f"fastaiagent+sqlite:///{db}"
-    _fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
+    fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
     assert _fastaiagent_found(url) == set()
-    _fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
+    fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
     with sqlite3.connect(db) as conn:  # a legacy row: before schema v2, no checkpoint_id
         conn.execute(
             "UPDATE checkpoints SET checkpoint_id = NULL WHERE rowid = "
@@ -672,10 +655,10 @@ def test_a_fastaiagent_postgres_store_is_whole_until_the_sdks_bugs_leave_rows(
             conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
         server = POSTGRES_URL.split("://", 1)[1]
         dsn = f"postgresql://{server}"
-        _fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
+        fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
         url = f"fastaiagent+postgresql://{server}?schema={schema}"
         assert _fastaiagent_found(url) == set()
-        _fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
+        fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
         assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS
         with durability.open(url, settings=SETTINGS) as store:
             skipped = diagnose(store).skipped
