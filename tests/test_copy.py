@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,19 +20,11 @@ from durability.model import Checkpoint, PendingWrite
 from durability.transfer import plan_copy
 
 
-def _sqlite_saver(path: Path) -> Any:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
-    saver.setup()
-    return saver
-
-
 @pytest.fixture(scope="module")
 def lg_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SqliteSaver file: ``waiting`` on an interrupt, ``done`` resumed to its end."""
     path = tmp_path_factory.mktemp("lgcopy") / "checkpoints.db"
-    saver = _sqlite_saver(path)
+    saver = lg.sqlite_saver(path)
     lg.start(saver, "waiting")
     lg.start(saver, "done")
     lg.resume_sync(saver, "done", "yes")
@@ -58,7 +49,7 @@ def test_a_stategraph_continues_its_threads_after_its_store_is_copied(
     dst = f"sqlite:///{tmp_path / 'copy.db'}"
     result = durability.copy(f"langgraph+sqlite:///{source}", dst)
     assert sorted(result.copied) == ["done", "waiting"]
-    saver = _sqlite_saver(source)
+    saver = lg.sqlite_saver(source)
     with durability.open(dst) as store:
         ours = DurabilitySaver(store)
         for thread in ("done", "waiting"):
