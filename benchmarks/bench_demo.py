@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import write_section
+from _results import publish
 
 from durability.demo import build_fleet
 
@@ -102,9 +102,7 @@ def main() -> None:
         "core, and the CPU column is what the demo costs (on 2 idle cores its wall time is "
         "about its CPU time, the kernels running one after another).\n"
     )
-    print(section)
-    if not args.no_write:
-        write_section("## Demo", section)
+    publish("## Demo", section, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -200,13 +200,13 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             get_serializable_checkpoint_metadata(config, metadata)
         )
         versions = checkpoint["channel_versions"]
-        state = {
-            channel: self._dump(value)
-            for channel, value in checkpoint["channel_values"].items()
-            if channel in versions
-        }
+        values = checkpoint["channel_values"].items()
+        if self._typed:
+            state = {channel: self._dump(v) for channel, v in values if channel in versions}
+        else:
+            state = {channel: v for channel, v in values if channel in versions}
         seen = {node: dict(v) for node, v in checkpoint.get("versions_seen", {}).items()}
-        self.store.put(
+        self.store.put_returning_seq(
             to_checkpoint(
                 thread_id=thread_id,
                 namespace=namespace,

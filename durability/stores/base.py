@@ -47,6 +47,7 @@ from durability.errors import (
 )
 from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
+from durability.stores.bulk import BulkLoad
 from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
@@ -125,6 +126,8 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     scans: Scans
     #: Erased threads' tombstones, or ``None`` when the store cannot keep them (read-only).
     tombstones: Tombstones | None = None
+    #: Loading many new rows at once (a copy's destination), or ``None``: written row by row.
+    bulk: BulkLoad | None = None
 
     def __init__(
         self,
@@ -230,6 +233,14 @@ class Store(DelegatingAliases, WriteListeners, ABC):
         if not synced:
             self.notify_write()
         return [stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)]
+
+    def put_returning_seq(self, checkpoint: Checkpoint) -> int:
+        """Store ``checkpoint`` as :meth:`put` does and return only its ``seq``: for a caller
+        that keeps its own copy (the LangGraph saver), which then pays for no returned one."""
+        self.ready()
+        seq = self._insert([self.prepare(checkpoint, action="put a checkpoint")], synced=False)[0]
+        self.notify_write()
+        return seq
 
     def prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         """``cp`` checked and encoded as the store will keep it, its id and time filled in."""
