@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from durability.clock import as_utc
@@ -75,11 +76,13 @@ class CopyRow:
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """One row per selected source thread, in thread id order."""
+    """One row per selected source thread, in thread id order (``ledgers``: the source's ledger
+    records of those threads that have one, as the plan read them, for the copy to carry)."""
 
     source: str
     destination: str
     rows: tuple[CopyRow, ...]
+    ledgers: dict[str, ThreadRecord] = field(default_factory=dict, repr=False, compare=False)
 
     def summary(self) -> dict[str, Any]:
         """Threads per action, and the checkpoints the copy would write."""
@@ -229,15 +232,17 @@ def _plan(src: Store, dst: Store, how: _Selection) -> CopyPlan:
         )
     when = as_utc(how.since) if how.since is not None else None
     present = {r.thread_id for r in dst.iter_threads() if r.checkpoints}
-    rows = []
+    rows, ledgers = [], {}
     for record in _selected(src, how.threads, when, how.owner):
+        if record.started_at is not None or record.finished_at is not None:
+            ledgers[record.thread_id] = record
         row = _row(
             src, dst, present, record, rename.format(thread_id=record.thread_id) if rename else None
         )
         if into_langgraph and row.action in ("copy", "resume"):
             row = _carried_into_langgraph(src, dst, row, how.lossy)
         rows.append(row)
-    return CopyPlan(repr(src), repr(dst), tuple(rows))
+    return CopyPlan(repr(src), repr(dst), tuple(rows), ledgers)
 
 
 def _check_destination(dst: Store) -> bool:
@@ -356,29 +361,33 @@ def _apply(
     result = CopyResult(plan)
     total = sum(r.checkpoints for r in plan.rows if r.action != "skip")
     with ExitStack() as stack:
-        copier = _copier(stack, src, dst, chunk_size)
+        copier, batch = _copier(stack, src, dst, chunk_size)
         bar = stack.enter_context(tqdm(total=total, unit="ckpt", desc="copy", disable=not progress))
         for row in plan.rows:
             if row.action in ("copy", "resume"):
                 result.copied[row.thread_id] = copier(row, bar)
-            _copy_ledger(src, dst, row)
+            # After the thread's rows are in (a batch may still hold them).
+            batch.then(partial(_copy_ledger, src, dst, row, plan.ledgers.get(row.thread_id)))
+        batch.flush()  # not on the way out of an error: what waits then was never promised
     return result
 
 
 def _copier(
     stack: ExitStack, src: Store, dst: Store, chunk_size: int
-) -> Callable[[CopyRow, Any], tuple[int, int]]:
-    """How one thread is copied: stored rows between durability stores, checkpoints through
-    LangGraph's saver into a LangGraph store."""
+) -> tuple[Callable[[CopyRow, Any], tuple[int, int]], _Batch]:
+    """How one thread is copied, and what ends the copy: stored rows between durability stores
+    (batched across threads into the destination's bulk load when it has one, the last batch
+    written at the end), checkpoints through LangGraph's saver into a LangGraph store."""
     from durability.stores.foreign.langgraph import LangGraphStore
 
+    batch = _Batch(dst, chunk_size)
     if not isinstance(dst, LangGraphStore):
-        return lambda row, bar: _copy_thread(src, dst, row, chunk_size, bar)
+        return (lambda row, bar: _copy_thread(src, dst, row, chunk_size, bar, batch)), batch
     from durability.stores.foreign.langgraph_copy import LangGraphWriter
 
     writer = LangGraphWriter(dst)
     stack.callback(writer.close)
-    return lambda row, bar: _copy_into_langgraph(src, writer, row, chunk_size, bar)
+    return (lambda row, bar: _copy_into_langgraph(src, writer, row, chunk_size, bar)), batch
 
 
 def _copy_into_langgraph(
@@ -402,26 +411,80 @@ def _copy_into_langgraph(
 
 
 def _copy_thread(
-    src: Store, dst: Store, row: CopyRow, chunk_size: int, bar: Any
+    src: Store, dst: Store, row: CopyRow, chunk_size: int, bar: Any, batch: _Batch
 ) -> tuple[int, int]:
     rows = src._select(Select(row.thread_id, None))
     done = row.present
     bar.update(done)
+    batch.target = row.target
     written = [0, 0]
     for start in range(done, len(rows), chunk_size):
         chunk = rows[start : start + chunk_size]
         keys = [(r.namespace, r.checkpoint_id) for r in chunk]
         writes = [w for ws in src._select_writes(row.thread_id, keys).values() for w in ws]
-        _put_writes(dst, _carried(src, dst, writes, row.target), row.target)
-        _put_checkpoints(dst, _carried(src, dst, chunk, row.target), row.target)
+        batch.add(_carried(src, dst, chunk, row.target), _carried(src, dst, writes, row.target))
         written[0] += len(chunk)
         written[1] += len(writes)
         bar.update(len(chunk))
     return written[0], written[1]
 
 
+class _Batch:
+    """Chunks on their way into the destination. Stored rows bound for a store with a bulk
+    load wait until ``chunk_size`` checkpoints (of any threads) are there, then go in one
+    transaction, writes and checkpoints together: a kill leaves each thread a prefix, as a
+    chunk per thread does. Anything else is written at once, its writes first."""
+
+    def __init__(self, dst: Store, chunk_size: int) -> None:
+        self.dst, self.chunk_size = dst, chunk_size
+        self.checkpoints: list[EncodedCheckpoint] = []
+        self.writes: list[EncodedWrite] = []
+        self.later: list[Callable[[], None]] = []
+        self.target = ""
+
+    def then(self, step: Callable[[], None]) -> None:
+        """Run ``step`` once what the batch holds is written (now, when it holds nothing)."""
+        if self.checkpoints or self.writes:
+            self.later.append(step)
+        else:
+            step()
+
+    def add(self, checkpoints: list[Any], writes: list[Any]) -> None:
+        stored = all(isinstance(r, EncodedCheckpoint) for r in checkpoints) and all(
+            isinstance(w, EncodedWrite) for w in writes
+        )
+        if self.dst.bulk is None or not stored:
+            self.flush()
+            _put_writes(self.dst, writes, self.target)
+            _put_checkpoints(self.dst, checkpoints, self.target)
+            return
+        self.checkpoints += checkpoints
+        self.writes += writes
+        if len(self.checkpoints) >= self.chunk_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.checkpoints or self.writes:
+            _bulk_load(self.dst, self.checkpoints, self.writes)
+            self.checkpoints, self.writes = [], []
+        later, self.later = self.later, []
+        for step in later:
+            step()
+
+
+def _bulk_load(
+    dst: Store, checkpoints: list[EncodedCheckpoint], writes: list[EncodedWrite]
+) -> None:
+    assert dst.bulk is not None
+    dst.ready()
+    dst.bulk.load(checkpoints, writes)
+    dst.notify_write()
+
+
 def _carried(src: Store, dst: Store, rows: Sequence[Any], target: str) -> list[Any]:
     """Stored rows (checkpoints or writes) as the destination keeps them (re-sealed if needed)."""
+    if dst.bulk is not None and dst.sealer is None and all(r.thread_id == target for r in rows):
+        return list(rows)  # nothing to seal or rebind; the bulk load ignores the source's seq
     return [
         carry_checkpoint(src, dst, r, target)
         if isinstance(r, EncodedCheckpoint)
@@ -433,38 +496,14 @@ def _carried(src: Store, dst: Store, rows: Sequence[Any], target: str) -> list[A
 
 
 def _put_checkpoints(dst: Store, chunk: Sequence[Any], target: str) -> None:
+    """One chunk in one transaction (stored rows come from :func:`_carried`, under ``target``)."""
     if chunk and all(isinstance(r, EncodedCheckpoint) for r in chunk):
         dst.ready()
-        rows = [replace(r, thread_id=target, seq=None) for r in chunk]
-        if not _pipelined(dst, rows):
-            dst._insert(rows, synced=False)
+        dst._insert(list(chunk), synced=False)
         dst.notify_write()
         return
     checkpoints: list[Checkpoint] = [r.decode() for r in chunk]
     dst.put_many([replace(cp, thread_id=target, seq=None, size_bytes=None) for cp in checkpoints])
-
-
-def _pipelined(dst: Store, rows: list[EncodedCheckpoint]) -> bool:
-    """On Postgres, the rows through the store's own one-row insert, pipelined in one
-    transaction (psycopg parses a short statement once; a many-row statement is parsed anew
-    every time, which capped the copy at a few hundred rows a second). ``False``: not Postgres.
-    """
-    from durability.stores.sql import SQLStore
-
-    if not isinstance(dst, SQLStore) or dst.provider != "postgres":
-        return False
-    ekey = dst.tombstones.hash_of(rows[0].thread_id)
-    params = [dst.sql.insert_params(r, ekey) for r in rows]
-    with dst.db.write("copy checkpoints") as conn, dst.db.cursor("copy checkpoints", conn) as cur:
-        cur.executemany(dst.sql.insert, params, returning=True)
-        stored = 0
-        while True:
-            stored += len(cur.fetchall())
-            if not cur.nextset():
-                break
-    if stored != len(rows):
-        raise dst.tombstones.refusal(rows[0].thread_id, "copy checkpoints")
-    return True
 
 
 def _put_writes(dst: Store, writes: Sequence[Any], target: str) -> None:
@@ -478,12 +517,9 @@ def _put_writes(dst: Store, writes: Sequence[Any], target: str) -> None:
     dst.put_writes([replace(w, thread_id=target) for w in decoded])
 
 
-def _copy_ledger(src: Store, dst: Store, row: CopyRow) -> None:
+def _copy_ledger(src: Store, dst: Store, row: CopyRow, record: ThreadRecord | None) -> None:
     """The run start and finished mark, with their times, when both stores keep a ledger."""
-    if src.ledger is None or dst.ledger is None or row.action == "refuse":
-        return
-    record = src.thread(row.thread_id)
-    if record is None:
+    if src.ledger is None or dst.ledger is None or row.action == "refuse" or record is None:
         return
     if record.started_at is not None:
         retention = Retention(waiting=record.declared_waiting, finished=record.declared_finished)

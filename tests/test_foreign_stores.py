@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -18,7 +19,7 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
-import sqlalchemy as sa
+from conftest import fastaiagent_sdk
 from langchain_core.messages import AIMessage
 
 import durability
@@ -32,22 +33,12 @@ PG = "postgresql://postgres@127.0.0.1:5432/test"
 SETTINGS = Settings(waiting_retention=timedelta(days=30))
 
 
-def _pg_or_skip() -> sa.Engine:
-    from conftest import need_service
-
-    engine = sa.create_engine(PG.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError:
-        need_service("PostgreSQL", "127.0.0.1:5432")
-    return engine
-
-
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A fresh Postgres schema, dropped afterwards."""
-    engine = _pg_or_skip()
+    from conftest import langgraph_pg_engine
+
+    engine = langgraph_pg_engine()
     schema = f"foreign_{uuid.uuid4().hex[:12]}"
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
@@ -55,19 +46,6 @@ def pg_schema() -> Iterator[str]:
     with engine.begin() as conn:
         conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
     engine.dispose()
-
-
-def _sdk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, str(HERE / "fastaiagent_runs.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
 
 
 def _digest(path: Path) -> dict[str, str]:
@@ -193,7 +171,7 @@ def fastaiagent_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     """A local.db written by the fastaiagent SDK in a subprocess, and what the SDK says it wrote."""
     work = tmp_path_factory.mktemp("fastaiagent")
     db = work / "local.db"
-    return db, json.loads(_sdk("sqlite", str(db), cwd=work).stdout)
+    return db, json.loads(fastaiagent_sdk("sqlite", str(db), cwd=work))
 
 
 def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(
@@ -257,7 +235,7 @@ def test_fastaiagent_sqlite_reads_beside_a_live_sdk(
 
 def test_fastaiagent_postgres_maps_what_the_sdk_wrote(pg_schema: str, tmp_path: Path) -> None:
     """A fastaiagent Postgres schema reads like its SQLite twin (seq by created_at, no project ids)."""
-    written = json.loads(_sdk("postgres", PG, pg_schema, cwd=tmp_path).stdout)
+    written = json.loads(fastaiagent_sdk("postgres", PG, pg_schema, cwd=tmp_path))
     with durability.open(
         f"fastaiagent+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}",
         settings=SETTINGS,
@@ -362,8 +340,10 @@ def _check_langgraph(store: durability.stores.Store, saver: Any) -> None:
     _check_refuses_writes(store)
 
 
-def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
-    """A SqliteSaver file reads with LangGraph's strict serializer; blocked values are named, the file unchanged."""
+@contextmanager
+def langgraph_sqlite_unchanged(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """A SqliteSaver file :func:`_run_langgraph` wrote: its store URL and the saver; on the way
+    out, asserts that nothing the block did changed the file."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     db = tmp_path / "checkpoints.db"
@@ -371,10 +351,15 @@ def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
     saver = SqliteSaver(conn)
     _run_langgraph(saver)
     before = _digest(db)
-    with durability.open(f"langgraph+sqlite:///{db}") as store:
-        _check_langgraph(store, saver)
+    yield f"langgraph+sqlite:///{db}", saver
     assert _digest(db) == before
     conn.close()
+
+
+def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
+    """A SqliteSaver file reads with LangGraph's strict serializer; blocked values are named, the file unchanged."""
+    with langgraph_sqlite_unchanged(tmp_path) as (url, saver), durability.open(url) as store:
+        _check_langgraph(store, saver)
 
 
 def test_langgraph_postgres_maps_what_the_saver_wrote(pg_schema: str) -> None:

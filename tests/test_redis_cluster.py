@@ -15,12 +15,13 @@ import pytest
 from conftest import need_service
 
 import durability
-from durability import Checkpoint, PendingWrite
+from durability import Checkpoint
 from durability.clock import FrozenClock
 from durability.settings import Settings
 from durability.stores.redis import RedisStore, thread_tag
 from durability.stores.redis.scripts import THREAD_KEYS
 from durability.testing import CHECKS, HOSTILE_IDS, StoreTarget, not_applicable
+from durability.testing.suite import write_for
 from tests.plane_support import PlaneHandle
 
 pytestmark = pytest.mark.redis
@@ -161,18 +162,7 @@ def test_the_cluster_puts_every_key_of_a_thread_in_one_slot(cluster: str) -> Non
     try:
         for thread_id in HOSTILE_IDS[:5]:
             cp = store.put(Checkpoint(thread_id=thread_id, state={"n": 1}))
-            store.put_writes(
-                [
-                    PendingWrite(
-                        thread_id=thread_id,
-                        checkpoint_id=cp.checkpoint_id,
-                        task_id="t",
-                        idx=0,
-                        channel="c",
-                        value=1,
-                    )
-                ]
-            )
+            store.put_writes([write_for(cp)])
             store.park(Checkpoint(thread_id=thread_id), deadline=store.clock() + timedelta(days=1))
             keys = store.thread_keys(thread_tag(thread_id))
             assert len(keys) == len(THREAD_KEYS)

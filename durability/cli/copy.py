@@ -11,11 +11,6 @@ import click
 from durability.cli._common import friendly_errors, json_option, print_json, print_table
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``copy`` command."""
-    cli.add_command(copy)
-
-
 def _parse_since(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> datetime | None:

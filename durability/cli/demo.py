@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, print_json, print_table
+from durability.cli._common import friendly_errors, json_option, out_option, print_json, print_table
 
 if TYPE_CHECKING:
     from durability.demo import Fleet
@@ -19,18 +19,10 @@ DAYS = 90.0
 THREADS = 2000
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``demo`` command."""
-    cli.add_command(demo)
-
-
 @click.command()
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("durability-out"),
-    show_default=True,
-    help="Folder for the demo stores, the plane's database, executed notebooks and charts.",
+@out_option(
+    "durability-out",
+    "Folder for the demo stores, the plane's database, executed notebooks and charts.",
 )
 @click.option(
     "--notebooks/--no-notebooks",

@@ -47,6 +47,7 @@ from durability.errors import (
 )
 from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
+from durability.stores.bulk import BulkLoad
 from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
@@ -126,6 +127,8 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     scans: Scans
     #: Erased threads' tombstones, or ``None`` when the store cannot keep them (read-only).
     tombstones: Tombstones | None = None
+    #: Loading many new rows at once (a copy's destination), or ``None``: written row by row.
+    bulk: BulkLoad | None = None
 
     def __init__(
         self,

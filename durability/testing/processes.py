@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -13,10 +14,10 @@ from durability.stores import open_store
 from durability.testing.suite import (
     START,
     StoreTarget,
+    assert_writers_ordered,
     check,
     requires,
     sample,
-    seqs_of,
 )
 
 
@@ -30,6 +31,23 @@ def process_context() -> Any:
         ["durability.testing", "durability.stores.sql", "durability.stores.redis"]
     )
     return ctx
+
+
+def in_processes(
+    fn: Callable[..., None], calls: Sequence[tuple[Any, ...]], timeout: float
+) -> tuple[list[int | None], Any]:
+    """Run ``fn(*args, start, out)`` in a process of its own for each ``args`` of ``calls``,
+    all released at once by the event ``start``; wait up to ``timeout`` seconds for each.
+    Returns their exit codes and the queue ``out`` they answer on."""
+    ctx = process_context()
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=fn, args=(*args, start, out)) for args in calls]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(timeout)
+    return [p.exitcode for p in procs], out
 
 
 def _write_in_process(
@@ -51,32 +69,13 @@ def _write_in_process(
 @requires("cross_process")
 def check_two_processes_write_one_thread(target: StoreTarget) -> None:
     """Two processes writing one thread lose nothing; seqs stay unique and each writer's order holds."""
-    ctx = process_context()
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_write_in_process,
-            args=(target.url, target.options, "t-two-procs", w, 40, start, out),
-        )
-        for w in range(2)
-    ]
-    for p in procs:
-        p.start()
-    start.set()
-    for p in procs:
-        p.join(120)
-    errors = [out.get(timeout=10) for _ in procs]
+    calls = [(target.url, target.options, "t-two-procs", w, 40) for w in range(2)]
+    codes, out = in_processes(_write_in_process, calls, timeout=120)
+    errors = [out.get(timeout=10) for _ in codes]
     assert errors == [None, None], errors
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    assert codes == [0, 0], codes
     with target.open() as store:
-        history = store.history("t-two-procs")
-        assert len(history) == 80
-        seqs = seqs_of(history)
-        assert seqs == sorted(seqs)
-        assert len(set(seqs)) == 80
-        for w in range(2):
-            mine = [c.node_id for c in history if c.node_id.startswith(f"p{w}-")]
-            assert mine == [f"p{w}-{n}" for n in range(40)], "a writer's order was not kept"
+        seqs = assert_writers_ordered(store.history("t-two-procs"), "p", 2, 40)
         latest = store.latest("t-two-procs")
         assert latest is not None
         assert latest.seq == seqs[-1]

@@ -44,6 +44,8 @@ class Statements:
     """The put and read statements of one store, built once (and per query shape, cached)."""
 
     _INSERTED = (*STORED_FIELDS, "tkey", "ckey")
+    #: The columns :attr:`insert` writes, in :meth:`insert_params`'s order (without its last).
+    inserted = _INSERTED
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
         quote = dialect.identifier_preparer.quote

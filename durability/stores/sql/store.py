@@ -32,6 +32,7 @@ from durability.stores.rows import (
     utf8_len,
 )
 from durability.stores.sealing import Reseal
+from durability.stores.sql.bulk import PostgresBulk
 from durability.stores.sql.engine import (
     Database,
     Options,
@@ -130,6 +131,8 @@ class SQLStore(Store):
         self.outbox = SQLOutbox(self)
         self.scans = SQLScans(self)
         self.tombstones: SQLTombstones = SQLTombstones(self)
+        if provider == "postgres":
+            self.bulk = PostgresBulk(self)
 
     def close(self) -> None:
         self.db.close()
@@ -341,29 +344,33 @@ class SQLStore(Store):
 
     @reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
-        regular = [write_values(w) for w in rows if w.idx >= 0]
-        special = [write_values(w) for w in rows if w.idx < 0]
         action = "store pending writes"
         with self.db.write(action) as conn:
-            if regular:
-                conn.execute(
-                    self.insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
-                    regular,
-                )
-            if special:
-                stmt = self.insert_stmt(writes)
-                conn.execute(
-                    stmt.on_conflict_do_update(
-                        index_elements=["wkey"],
-                        set_={
-                            "channel": stmt.excluded.channel,
-                            "value": stmt.excluded.value,
-                            "task_path": stmt.excluded.task_path,
-                        },
-                    ),
-                    special,
-                )
-            self.tombstones.refuse_any(conn, [w.thread_id for w in rows], action)
+            self.write_rows(conn, rows, action)
+
+    def write_rows(self, conn: SAConnection, rows: list[EncodedWrite], action: str) -> None:
+        """Store pending writes on ``conn`` (inside the caller's transaction), LangGraph's rules."""
+        regular = [write_values(w) for w in rows if w.idx >= 0]
+        special = [write_values(w) for w in rows if w.idx < 0]
+        if regular:
+            conn.execute(
+                self.insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
+                regular,
+            )
+        if special:
+            stmt = self.insert_stmt(writes)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["wkey"],
+                    set_={
+                        "channel": stmt.excluded.channel,
+                        "value": stmt.excluded.value,
+                        "task_path": stmt.excluded.task_path,
+                    },
+                ),
+                special,
+            )
+        self.tombstones.refuse_any(conn, [w.thread_id for w in rows], action)
 
     @reconnecting
     def _select_writes(
