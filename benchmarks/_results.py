@@ -26,6 +26,13 @@ def write_section(heading: str, section: str) -> None:
     RESULTS.write_text(updated)
 
 
+def publish(heading: str, section: str, *, write: bool) -> None:
+    """Print the section, and write it into RESULTS.md when ``write`` (no ``--no-write``)."""
+    print(section)
+    if write:
+        write_section(heading, section)
+
+
 def top_functions(profile: Any, count: int) -> str:
     """The ``count`` functions of a ``cProfile.Profile`` with the most own time, as RESULTS.md shows them."""
     out = io.StringIO()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import write_section
+from _results import publish
 
 from durability.demo import build_fleet
 
@@ -80,9 +80,7 @@ def main() -> None:
         "No peer builds this fleet. On a loaded machine the wall time is mostly waiting for a "
         "core: the CPU column is what the build costs.\n"
     )
-    print(section)
-    if not args.no_write:
-        write_section("## Demo", section)
+    publish("## Demo", section, write=not args.no_write)
 
 
 if __name__ == "__main__":

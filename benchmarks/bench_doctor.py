@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import write_section
+from _results import publish
 
 import durability
 from durability import Checkpoint, PendingWrite
@@ -227,9 +227,7 @@ on a fresh handle, beside SQLite's own `PRAGMA quick_check` on the same file; me
 
 Every injected break was found ({", ".join(f"{k}: {v}" for k, v in sorted(found.items()))}).
 """
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section)
+    publish(HEADING, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

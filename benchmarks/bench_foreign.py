@@ -180,48 +180,59 @@ def durability_sweep(url: str) -> dict[str, float]:
     return {"plan_s": plan_s, "sweep_s": sweep_s, "threads": threads, "rounds": result.rounds}
 
 
-def sweep_pg(args: argparse.Namespace) -> dict[str, Any]:
+@contextmanager
+def pg_templated(args: argparse.Namespace) -> Iterator[tuple[str, str, int]]:
+    """The Postgres URL, a template schema of ``args.template`` threads and how many copies of
+    it make ``args.threads``; the template is dropped afterwards."""
     url, copies = args.pg_url, args.threads // args.template
     template = pg_template(url, args.template)
-    out: dict[str, Any] = {"threads": copies * args.template}
     try:
-        s = pg_clone(url, template, copies)
-        try:
+        yield url, template, copies
+    finally:
+        pg_drop(url, template)
+
+
+@contextmanager
+def pg_cloned(url: str, template: str, copies: int) -> Iterator[str]:
+    """A fresh schema of ``copies`` clones of the template (:func:`pg_clone`), dropped afterwards."""
+    s = pg_clone(url, template, copies)
+    try:
+        yield s
+    finally:
+        pg_drop(url, s)
+
+
+def _timed_prune(url: str, template: str, copies: int, strategy: str) -> dict[str, Any]:
+    """LangGraph's own ``prune(ids, strategy)`` of every thread, on a fresh clone of the template."""
+    with pg_cloned(url, template, copies) as s:
+        ids = pg_ids(url, s)
+        with pg_saver(url, s) as saver:
+            secs, _ = timed(lambda: saver.prune(ids, strategy=strategy))
+        return {"threads": len(ids), "s": secs}
+
+
+def sweep_pg(args: argparse.Namespace) -> dict[str, Any]:
+    with pg_templated(args) as (url, template, copies):
+        out: dict[str, Any] = {"threads": copies * args.template}
+        with pg_cloned(url, template, copies) as s:
             out["durability"] = durability_sweep(f"langgraph+{url}?schema={s}&writable=true")
-        finally:
-            pg_drop(url, s)
-        s = pg_clone(url, template, copies)
-        try:
+        with pg_cloned(url, template, copies) as s:
             ids = pg_ids(url, s)
             sample = spread(ids, args.peer_threads)
             with pg_saver(url, s) as saver:
                 secs, _ = timed(lambda: [saver.delete_thread(t) for t in sample])
             out["delete_thread"] = {"threads": len(sample), "s": secs}
-        finally:
-            pg_drop(url, s)
-        s = pg_clone(url, template, copies)
-        try:
-            ids = pg_ids(url, s)
-            with pg_saver(url, s) as saver:
-                secs, _ = timed(lambda: saver.prune(ids, strategy="delete"))
-            out["prune_delete"] = {"threads": len(ids), "s": secs}
-        finally:
-            pg_drop(url, s)
-    finally:
-        pg_drop(url, template)
-    return out
+        out["prune_delete"] = _timed_prune(url, template, copies, "delete")
+        return out
 
 
 def thin_pg(args: argparse.Namespace) -> dict[str, Any]:
     """Thinning every thread to its latest checkpoint beside prune(ids, "keep_latest")."""
     from durability.sweep.thin import plan_thin, thin
 
-    url, copies = args.pg_url, args.threads // args.template
-    template = pg_template(url, args.template)
-    out: dict[str, Any] = {"threads": copies * args.template}
-    try:
-        s = pg_clone(url, template, copies)
-        try:
+    with pg_templated(args) as (url, template, copies):
+        out: dict[str, Any] = {"threads": copies * args.template}
+        with pg_cloned(url, template, copies) as s:
             store_url = f"langgraph+{url}?schema={s}&writable=true"
             with durability.open(store_url, settings=SETTINGS) as store:
                 plan_s, _ = timed(lambda: plan_thin(store, keep_latest=1))
@@ -231,19 +242,8 @@ def thin_pg(args: argparse.Namespace) -> dict[str, Any]:
                 "thin_s": thin_s,
                 "dropped": result.checkpoints,
             }
-        finally:
-            pg_drop(url, s)
-        s = pg_clone(url, template, copies)
-        try:
-            ids = pg_ids(url, s)
-            with pg_saver(url, s) as saver:
-                secs, _ = timed(lambda: saver.prune(ids, strategy="keep_latest"))
-            out["prune_keep_latest"] = {"threads": len(ids), "s": secs}
-        finally:
-            pg_drop(url, s)
-    finally:
-        pg_drop(url, template)
-    return out
+        out["prune_keep_latest"] = _timed_prune(url, template, copies, "keep_latest")
+        return out
 
 
 # ---------------------------------------------------------------------------- SQLite

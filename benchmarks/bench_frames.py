@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _results import publish  # noqa: E402
+
 import durability  # noqa: E402
 from durability import Checkpoint  # noqa: E402
 from durability.settings import Settings  # noqa: E402
@@ -299,11 +301,7 @@ def main() -> None:
         for path in work.iterdir():
             path.unlink()
         work.rmdir()
-    print(text)
-    if not args.no_write:
-        from _results import write_section
-
-        write_section(HEADING, text)
+    publish(HEADING, text, write=not args.no_write)
 
 
 def report(

@@ -26,17 +26,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.base.id import uuid6
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _langgraph import Previous, put_args
 from _results import top_functions
 
 import durability
@@ -68,36 +67,14 @@ def state(step: int) -> dict[str, Any]:
 def workload(saver: BaseCheckpointSaver[Any]) -> list[tuple[Any, ...]]:
     """Every put's arguments, built ahead of timing, parents chained per thread."""
     calls: list[tuple[Any, ...]] = []
-    previous: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    previous: dict[str, Previous] = {}
     for step in range(STEPS):
         for t in range(THREADS):
             thread = f"bench-{t}"
-            parent_id, versions, seen = previous.get(thread, (None, {}, {}))
-            values = state(step)
-            versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in values}
-            seen = {"agent": dict(versions)}
-            cid = str(uuid6(clock_seq=step))
-            checkpoint = {
-                "v": 4,
-                "id": cid,
-                "ts": datetime.now(UTC).isoformat(),
-                "channel_values": values,
-                "channel_versions": versions,
-                "versions_seen": seen,
-                "updated_channels": sorted(values),
-            }
-            config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-            if parent_id:
-                config["configurable"]["checkpoint_id"] = parent_id
-            calls.append(
-                (
-                    config,
-                    checkpoint,
-                    {"source": "loop", "step": step, "parents": {}},
-                    dict(versions),
-                )
+            args, previous[thread] = put_args(
+                saver, thread, previous.get(thread, (None, {})), state(step), step
             )
-            previous[thread] = (cid, versions, seen)
+            calls.append(args)
     return calls
 
 

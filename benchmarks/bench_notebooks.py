@@ -25,7 +25,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import write_section
+from _results import publish
 
 from durability import bundle
 from durability.demo import build_fleet, notebook_parameters
@@ -100,9 +100,7 @@ def main() -> None:
         "in a cold kernel), the frames and sweep plans over the demo's 51 threads, and rendering "
         "the charts to PNG. The load average at the start is in the line above; the VM's speed also varies between sessions (the floor row is the yardstick).\n"
     )
-    print(section)
-    if not args.no_write:
-        write_section("## Notebooks", section)
+    publish("## Notebooks", section, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _results import write_section
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -51,7 +52,6 @@ from durability.replication import PlaneLimits, connect, drain_once
 from durability.replication.client import IngestAnswer
 from durability.settings import Settings
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADING = "## Replication"
 ROWS = 20_000
 RUNS = 3
@@ -304,7 +304,7 @@ def main() -> None:
     finally:
         plane.stop()
         compat.stop()
-    write_section(render(rates, sdk, iso_rows, (load_before, os.getloadavg())))
+    write_section(HEADING, render(rates, sdk, iso_rows, (load_before, os.getloadavg())))
 
 
 REMAINS = (
@@ -393,22 +393,6 @@ def render(
         "",
     ]
     return "\n".join(lines)
-
-
-def write_section(section: str) -> None:
-    """Replace (or append) only the ``## Replication`` section of RESULTS.md."""
-    current = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    lines = current.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == HEADING), None)
-    if start is None:
-        updated = current.rstrip("\n") + "\n\n" + section
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        tail = "".join(lines[end:])
-        updated = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    RESULTS.write_text(updated)
 
 
 if __name__ == "__main__":

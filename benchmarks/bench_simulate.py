@@ -28,7 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import write_section
+from _results import publish
 
 from durability.simulate import Policy, daily, lost_conversations, outage_backlog
 
@@ -140,9 +140,7 @@ def main() -> None:
     )
     print(rows[-1], flush=True)
     section = render(rows, args.runs)
-    print(section)
-    if not args.no_write:
-        write_section(HEADING, section)
+    publish(HEADING, section, write=not args.no_write)
 
 
 def render(rows: list[tuple[str, float, str, bool | None]], runs: int) -> str:

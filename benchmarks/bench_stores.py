@@ -43,7 +43,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import top_functions
+from _langgraph import Previous, put_args
+from _results import publish, top_functions
 
 import durability
 from durability import Checkpoint, PendingWrite
@@ -174,39 +175,16 @@ class Saver(Subject):
     """A LangGraph checkpoint saver, driven the way a graph run drives it."""
 
     def __init__(self, saver: Any) -> None:
-        from langgraph.checkpoint.base.id import uuid6
-
-        self.saver, self.uuid6 = saver, uuid6
-        self.parents: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.saver = saver
 
     def prepare(self, items: list[tuple[str, dict[str, Any]]]) -> list[Any]:
         calls = []
-        parents: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        previous: dict[str, Previous] = {}
         for step, (thread, values) in enumerate(items):
-            parent, versions = parents.get(thread, (None, {}))
-            versions = {ch: self.saver.get_next_version(versions.get(ch), None) for ch in values}
-            cid = str(self.uuid6(clock_seq=step))
-            checkpoint = {
-                "v": 4,
-                "id": cid,
-                "ts": datetime.now(UTC).isoformat(),
-                "channel_values": values,
-                "channel_versions": versions,
-                "versions_seen": {"agent": dict(versions)},
-                "updated_channels": sorted(values),
-            }
-            config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-            if parent:
-                config["configurable"]["checkpoint_id"] = parent
-            calls.append(
-                (
-                    config,
-                    checkpoint,
-                    {"source": "loop", "step": step, "parents": {}},
-                    dict(versions),
-                )
+            args, previous[thread] = put_args(
+                self.saver, thread, previous.get(thread, (None, {})), values, step
             )
-            parents[thread] = (cid, versions)
+            calls.append(args)
         return calls
 
     def put(self, prepared: Any) -> None:
@@ -583,11 +561,7 @@ def main() -> None:
             "",
         ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        from _results import write_section
-
-        write_section(HEADING, text)
+    publish(HEADING, text, write=not args.no_write)
 
 
 def _cores() -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import top_functions
+from _results import publish, top_functions
 
 import durability
 from durability import Checkpoint, PendingWrite
@@ -644,11 +644,7 @@ def main() -> None:
                 fn()
     lines = report(args, backends, peer_threads, load, comparisons, profiles)
     text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        from _results import write_section
-
-        write_section(HEADING, text)
+    publish(HEADING, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,7 @@ from durability.stores.foreign.langgraph_map import (
     node_of,
     to_checkpoint,
 )
+from durability.stores.saver_read import SaverRead, read_for_saver
 
 _DELTA_MARKER = "counters_since_delta_snapshot"
 #: How many checkpoints' ``versions_seen`` (and interrupts) the saver remembers between calls.
@@ -199,13 +200,13 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
             get_serializable_checkpoint_metadata(config, metadata)
         )
         versions = checkpoint["channel_versions"]
-        state = {
-            channel: self._dump(value)
-            for channel, value in checkpoint["channel_values"].items()
-            if channel in versions
-        }
+        values = checkpoint["channel_values"].items()
+        if self._typed:
+            state = {channel: self._dump(v) for channel, v in values if channel in versions}
+        else:
+            state = {channel: v for channel, v in values if channel in versions}
         seen = {node: dict(v) for node, v in checkpoint.get("versions_seen", {}).items()}
-        self.store.put(
+        self.store.put_returning_seq(
             to_checkpoint(
                 thread_id=thread_id,
                 namespace=namespace,
@@ -318,18 +319,12 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint the config names, or the greatest id in its thread and namespace."""
         thread_id, namespace, checkpoint_id = _address(config)
-        if checkpoint_id:
-            try:
-                cp = self.store.get(thread_id, checkpoint_id, namespace)
-            except CheckpointNotFound:
-                return None
-        else:
-            newest = self.store.newest_first(thread_id, namespace, limit=1)
-            if not newest:
-                return None
-            cp = newest[0]
-        _check_langgraph(cp)
-        return self._tuple(cp, self.store.writes(thread_id, cp.checkpoint_id, namespace))
+        # Straight from the row: only the state and metadata decoded, the writes read with it.
+        found = read_for_saver(self.store, thread_id, namespace, checkpoint_id)
+        if found is None:
+            return None
+        _check_langgraph(found)
+        return self._tuple(found)
 
     def list(
         self,
@@ -377,13 +372,13 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
                 thread_id, [(cp.namespace, cp.checkpoint_id) for cp in rows]
             )
             for cp in rows:
-                yield self._tuple(cp, writes[(cp.namespace, cp.checkpoint_id)])
+                yield self._tuple(_saver_read(cp, writes[(cp.namespace, cp.checkpoint_id)]))
             if remaining is not None:
                 remaining -= len(rows)
                 if remaining <= 0:
                     return
 
-    def _tuple(self, cp: Checkpoint, writes: Sequence[PendingWrite]) -> CheckpointTuple:
+    def _tuple(self, cp: SaverRead) -> CheckpointTuple:
         metadata = dict(cp.metadata)
         bookkeeping = metadata.pop(BOOKKEEPING, {})
         versions = bookkeeping.get("channel_versions", {})
@@ -396,7 +391,7 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
                 if channel in versions
             },
         }
-        ordered = sorted(writes, key=lambda w: (w.task_path, w.task_id, w.idx))
+        ordered = sorted(cp.writes, key=lambda w: (w.task_path, w.task_id, w.idx))
         return CheckpointTuple(
             config=_config(cp.thread_id, cp.namespace, cp.checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -576,7 +571,20 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
     }
 
 
-def _check_langgraph(cp: Checkpoint) -> None:
+def _saver_read(cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:
+    return SaverRead(
+        cp.thread_id,
+        cp.namespace,
+        cp.checkpoint_id,
+        cp.parent_checkpoint_id,
+        cp.step_type,
+        cp.state,
+        cp.metadata,
+        writes,
+    )
+
+
+def _check_langgraph(cp: Checkpoint | SaverRead) -> None:
     if cp.step_type != STEP_LANGGRAPH:
         raise StoreError(
             f"cannot read thread {cp.thread_id[:80]!r} as a LangGraph thread: its checkpoint "

@@ -45,6 +45,9 @@ HORIZON_COLOURS = vocabulary.HORIZON_COLOURS
 #: The sweep timeline cuts its first day's bar when it is this many times the tallest later one.
 FIRST_DAY_CLIP = 3
 
+#: The frame of a note written over a chart (a flat line's reason, a cut bar's count).
+_NOTE_BOX = {"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"}
+
 _UNITS = (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0), ("seconds", 1.0))
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -284,26 +287,9 @@ def retention_curve(
     top.plot(days, kept["kept_threads"].to_numpy(), marker="o", color="tab:blue")
     top.set_title(f"Threads kept (of {len(threads):,})")
     _count_axis(top, "threads kept")
-    total = float(threads["size_bytes"].sum())
-    kept_bytes = kept["kept_bytes"].to_numpy()
-    unit, size = bytes_unit(float(kept_bytes.max()))  # the values plotted, not the total
-    bottom.plot(days, kept_bytes / size, marker="o", color="tab:green")
-    bottom.set_title(f"Bytes kept (of {human_bytes(total)})")
-    bottom.set_ylabel(f"bytes kept ({unit})")
-    bottom.set_ylim(0, max(float(kept_bytes.max()) / size, 1.0) * 1.08)
-    bottom.set_xlabel("waiting retention (days)")
-    if float(kept_bytes.max()) == float(kept_bytes.min()):
-        bottom.text(
-            0.5,
-            0.5,
-            f"flat: every value tried keeps the same {human_bytes(float(kept_bytes[0]))}, held "
-            "by threads none of them deletes",
-            transform=bottom.transAxes,
-            ha="center",
-            va="center",
-            fontsize="small",
-            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
-        )
+    _bytes_kept_panel(
+        bottom, days, kept["kept_bytes"].to_numpy(), float(threads["size_bytes"].sum())
+    )
     marks = [(marked, vocabulary.IN_FORCE)]
     if proposed is not None:
         marks.append((simulate.as_policy(proposed, finished=finish), vocabulary.PROPOSED))
@@ -316,6 +302,30 @@ def retention_curve(
     if marked is not None or proposed is not None:
         top.legend(loc="lower right", fontsize="small")
     return fig
+
+
+def _bytes_kept_panel(
+    ax: Axes, days: np.ndarray[Any, Any], kept_bytes: np.ndarray[Any, Any], total: float
+) -> None:
+    """The retention curve's bytes panel; a flat curve says why it is flat."""
+    unit, size = bytes_unit(float(kept_bytes.max()))  # the values plotted, not the total
+    ax.plot(days, kept_bytes / size, marker="o", color="tab:green")
+    ax.set_title(f"Bytes kept (of {human_bytes(total)})")
+    ax.set_ylabel(f"bytes kept ({unit})")
+    ax.set_ylim(0, max(float(kept_bytes.max()) / size, 1.0) * 1.08)
+    ax.set_xlabel("waiting retention (days)")
+    if float(kept_bytes.max()) == float(kept_bytes.min()):
+        ax.text(
+            0.5,
+            0.5,
+            f"flat: every value tried keeps the same {human_bytes(float(kept_bytes[0]))}, held "
+            "by threads none of them deletes",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize="small",
+            bbox=_NOTE_BOX,
+        )
 
 
 def idle_gaps(
@@ -401,26 +411,37 @@ def sweep_timeline(
     top.set_title("Threads remaining after each daily sweep")
     _count_axis(top, "threads")
     _outside_legend(fig, top, title="policy")
-    rows = daily_df[daily_df["policy"] == chosen]
+    _deleted_bars(bottom, daily_df[daily_df["policy"] == chosen], log=log)
+    bottom.set_title(f"Threads deleted per day by horizon: {chosen}")
+    _outside_legend(fig, bottom, title="horizon", loc="outside right lower")
+    _date_axis(bottom, "sweep day (UTC)")
+    return fig
+
+
+def _deleted_bars(ax: Axes, rows: pd.DataFrame, *, log: bool) -> None:
+    """The sweep timeline's bottom panel: threads deleted each day, stacked by horizon.
+
+    A first day taller than :data:`FIRST_DAY_CLIP` times the later ones is cut at the axis top
+    with its count written on it, unless ``log`` draws the counts on a symmetric log axis.
+    """
     days = _utc(rows["day"])
     finished = rows["deleted_finished_threads"].to_numpy()
     waiting = rows["deleted_waiting_threads"].to_numpy()
-    bottom.bar(days, finished, width=0.8, color=HORIZON_COLOURS["finished"], label="finished")
-    bottom.bar(
+    ax.bar(days, finished, width=0.8, color=HORIZON_COLOURS["finished"], label="finished")
+    ax.bar(
         days, waiting, width=0.8, bottom=finished, color=HORIZON_COLOURS["waiting"], label="waiting"
     )
-    bottom.set_title(f"Threads deleted per day by horizon: {chosen}")
-    _count_axis(bottom, "threads deleted")
+    _count_axis(ax, "threads deleted")
     totals = finished + waiting
     later = int(totals[1:].max()) if len(totals) > 1 else 0
     if log:
-        bottom.set_yscale("symlog", linthresh=1)
-        bottom.set_ylim(0, max(2.0, float(totals.max()) * 2))
-        bottom.set_ylabel("threads deleted (log scale)")
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(0, max(2.0, float(totals.max()) * 2))
+        ax.set_ylabel("threads deleted (log scale)")
     elif later and totals[0] > FIRST_DAY_CLIP * later:
         ceiling = max(later * 1.5, later + 1.0)
-        bottom.set_ylim(0, ceiling)
-        bottom.annotate(
+        ax.set_ylim(0, ceiling)
+        ax.annotate(
             f"first sweep: {int(totals[0]):,} (bar cut)",
             xy=(days[0], ceiling),
             xytext=(12, -4),
@@ -428,11 +449,8 @@ def sweep_timeline(
             ha="left",
             va="top",
             fontsize="small",
-            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
+            bbox=_NOTE_BOX,
         )
-    _outside_legend(fig, bottom, title="horizon", loc="outside right lower")
-    _date_axis(bottom, "sweep day (UTC)")
-    return fig
 
 
 def _timeline_lines(

@@ -10,6 +10,7 @@ first (:data:`FIRST`). The frames themselves, and every ``--json``, keep the num
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from durability._extras import missing_extra
@@ -214,16 +215,96 @@ def show(frame: pd.DataFrame, caption: str | None = None) -> None:
     itables.show(data, caption=caption, connected=False, **_options(defs, len(data)))
 
 
+# ---------------------------------------------------------------------------- pages of rows
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a frame as a table view shows it (:func:`page`)."""
+
+    #: The page's rows, with the frame's own values and index.
+    rows: pd.DataFrame
+    #: The rows the search matched (all of them when there is no search).
+    matches: int
+    #: The page shown (from 0; a page past the last is the last) and how many there are.
+    number: int
+    pages: int
+
+
+def search_text(frame: pd.DataFrame) -> pd.Series:
+    """Each row's cells as people read them (:func:`readable`), in one lower-case text: what a
+    table view's search looks in (made once per frame)."""
+    shown = readable(frame).astype("string").fillna("")
+    if shown.empty:
+        return pd.Series([], index=frame.index, dtype="string")
+    return shown.agg(" ".join, axis=1).str.lower()
+
+
+def page(
+    frame: pd.DataFrame,
+    *,
+    text: pd.Series | None = None,
+    search: str = "",
+    sort: str | None = None,
+    descending: bool = False,
+    number: int = 0,
+    size: int = PAGE_LENGTH,
+) -> Page:
+    """Page ``number`` of ``size`` rows of ``frame``: the rows whose :func:`search_text`
+    (``text``, made here when not given) contains ``search`` (any case), sorted by the values
+    of column ``sort`` (numbers as numbers, times as times, missing values last)."""
+    if search.strip():
+        haystack = search_text(frame) if text is None else text
+        frame = frame[haystack.str.contains(search.strip().lower(), regex=False).to_numpy()]
+    if sort is not None and sort in frame.columns:
+        frame = frame.sort_values(sort, ascending=not descending, na_position="last", kind="stable")
+    pages = max(1, -(-len(frame) // size))
+    number = min(max(number, 0), pages - 1)
+    return Page(frame.iloc[number * size : (number + 1) * size], len(frame), number, pages)
+
+
+def text_table(
+    frame: pd.DataFrame, *, widest: int = 28, id_chars: int = 16
+) -> tuple[str, list[str]]:
+    """``frame`` as a header line and one line per row of fixed-width text, in people's units,
+    ids cut to ``id_chars`` characters (enough to tell ``conversation-12`` from a UUID) and
+    every cell to ``widest``: a table's rows for a list a reader picks one from."""
+    shown = readable(ordered(frame)).astype("string").fillna("")
+    for name in shown.columns:
+        if is_id_column(str(name)):
+            shown[name] = [
+                v if len(v) <= id_chars else v[: id_chars - 1] + "…" for v in shown[name]
+            ]
+    cells = {
+        str(name): [v if len(v) <= widest else v[: widest - 1] + "…" for v in shown[name]]
+        for name in shown.columns
+    }
+    widths = {name: max([len(name), *map(len, values)]) for name, values in cells.items()}
+    numeric = {str(n) for n in frame.columns if pd.api.types.is_numeric_dtype(frame[n])}
+
+    def line(values: dict[str, str]) -> str:
+        return "  ".join(
+            values[n].rjust(w) if n in numeric else values[n].ljust(w) for n, w in widths.items()
+        ).rstrip()
+
+    header = line({name: name for name in widths})
+    return header, [line({n: cells[n][i] for n in cells}) for i in range(len(shown))]
+
+
 __all__ = [
     "FIRST",
     "PAGE_LENGTH",
+    "Page",
     "html",
     "init_notebook",
     "interactive",
     "is_bytes_column",
     "is_id_column",
     "ordered",
+    "page",
     "page_head",
     "readable",
+    "search_text",
     "show",
+    "text_table",
 ]

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,45 @@ def postgres_admin() -> object:
         engine.dispose()
         need_service("PostgreSQL", f"{POSTGRES_URL}: {exc}")
     return engine
+
+
+#: The database the LangGraph Postgres tests hand PostgresSaver (a libpq URL; a schema per test).
+LANGGRAPH_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def langgraph_pg_engine() -> Any:
+    """A SQLAlchemy engine on :data:`LANGGRAPH_PG`, or a skip/fail when the server is missing."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(LANGGRAPH_PG.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.OperationalError:
+        need_service("PostgreSQL", "127.0.0.1:5432")
+    return engine
+
+
+@pytest.fixture
+def pg_langgraph() -> Iterator[tuple[str, Any]]:
+    """A schema written by the real PostgresSaver: (schema, saver), dropped afterwards with the
+    sidecar schema a writable store adds beside it."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    engine = langgraph_pg_engine()
+    schema = f"lg_{uuid.uuid4().hex[:10]}"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    try:
+        url = f"{LANGGRAPH_PG}?options=-csearch_path%3D{schema}"
+        with PostgresSaver.from_conn_string(url) as saver:
+            saver.setup()
+            yield schema, saver
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}_durability" CASCADE')
+        engine.dispose()
 
 
 def redis_admin() -> object:

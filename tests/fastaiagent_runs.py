@@ -1,7 +1,10 @@
 """Run the real fastaiagent SDK (1.94) to make a checkpoint store; print what it wrote, as JSON.
 
 ``python fastaiagent_runs.py sqlite PATH`` or ``python fastaiagent_runs.py postgres DSN SCHEMA``;
-``... loop N`` (after the target) keeps writing N more executions, for a reader to race.
+``... loop N`` (after the target) keeps writing N more executions, for a reader to race;
+``... breaks`` writes, through the SDK's own calls, the rows its known bugs leave (for the
+doctor): a quarantined run end, idempotency rows of no execution, an unsent NaN, and
+``created_at`` texts in two formats that sort against their times.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import asyncio
 import itertools
 import json
 import sys
+from typing import Any
 
 from fastaiagent import Chain
 from fastaiagent.chain.interrupt import Resume, interrupt
@@ -40,6 +44,30 @@ def chain(name: str, steps: list, store: object) -> Chain:
     for (a, _), (b, _) in itertools.pairwise(steps):
         c.connect(a, b)
     return c
+
+
+async def breaks(store: Any) -> None:
+    """The rows the SDK's known bugs leave, each written through its public calls."""
+    from fastaiagent.chain.checkpoint import Checkpoint
+
+    await chain("done", [("fetch", fetch)], store).aexecute(
+        {"order": "D-1"}, execution_id="exec-done"
+    )
+    [run_end] = [cp for cp in store.list("exec-done") if cp.step_type == "run_end"]
+    store.mark_quarantined({run_end.checkpoint_id: "HTTP 413: state_snapshot over the cap"})
+    store.put_idempotent("exec-gone", "charge_card", {"charged": True})
+    if type(store).__name__.startswith("SQLite"):  # Postgres jsonb refuses NaN itself
+        store.put(
+            Checkpoint(
+                execution_id="exec-nan",
+                chain_name="scores",
+                node_id="score",
+                state_snapshot={"score": float("nan")},
+            )
+        )
+    for at in ("2026-12-02T10:00:00Z", "2026-12-02T10:00:00.100000+00:00"):
+        store.put(Checkpoint(execution_id="exec-times", chain_name="t", node_id="n", created_at=at))
+    print(json.dumps({"run_end": run_end.checkpoint_id}))
 
 
 async def main(store: object, loop: int) -> None:
@@ -85,5 +113,8 @@ if __name__ == "__main__":
 
         store, rest = PostgresCheckpointer(sys.argv[2], schema=sys.argv[3]), sys.argv[4:]
     store.setup()
-    asyncio.run(main(store, int(rest[1]) if rest and rest[0] == "loop" else 0))
+    if rest and rest[0] == "breaks":
+        asyncio.run(breaks(store))
+    else:
+        asyncio.run(main(store, int(rest[1]) if rest and rest[0] == "loop" else 0))
     store.close()

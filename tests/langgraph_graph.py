@@ -7,9 +7,11 @@ store exercises the codec on LangChain and LangGraph values; ``approve`` asks a 
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -53,6 +55,15 @@ def build(checkpointer: Any) -> Any:
     graph.add_edge("price", "approve")
     graph.add_edge("approve", END)
     return graph.compile(checkpointer=checkpointer)
+
+
+def sqlite_saver(path: Path, timeout: float = 5.0) -> Any:
+    """LangGraph's own SqliteSaver on the file ``path``, its tables set up."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False, timeout=timeout))
+    saver.setup()
+    return saver
 
 
 def start(checkpointer: Any, thread_id: str, run_id: str = "run-start") -> dict[str, Any]:

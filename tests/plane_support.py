@@ -34,6 +34,24 @@ from durability.replication.wire import store_ids
 INGEST = "/public/v1/checkpoints/ingest"
 READS = "/public/v1/checkpoints/"
 
+#: The fastaiagent wire item's keys, in this order.
+WIRE_KEYS = [
+    "checkpoint_id",
+    "execution_id",
+    "resource_type",
+    "agent_id",
+    "chain_id",
+    "node_id",
+    "step_index",
+    "step_type",
+    "status",
+    "parent_checkpoint_id",
+    "state_snapshot",
+    "metadata",
+    "created_at",
+    "sequence",
+]
+
 #: Limits that disable the client's own cap checks, so the plane's refusals are what gets tested.
 NO_LOCAL_CAPS = PlaneLimits(
     state_bytes=10**12, step_type_chars=10**9, agent_id_chars=10**9, body_bytes=10**12

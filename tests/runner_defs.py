@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from datetime import timedelta
 from typing import Any
 
+from durability.errors import RunNotResumable
 from durability.runs import RunContext, Runner
+from durability.stores import Store
+from durability.testing.suite import in_threads
 
 HANG = "RUNNER_DEFS_HANG"
 
@@ -41,6 +45,41 @@ approval = Runner("approval", [draft, approve, publish])
 def make_approval() -> Runner:
     """A factory, as `--runner runner_defs:make_approval` accepts."""
     return approval
+
+
+def race_resumes(
+    handles: list[Store], thread_id: str, **options: Any
+) -> tuple[list[Any], list[RunNotResumable], int]:
+    """Every handle resumes the ``approval`` park of ``thread_id`` at once, one thread each,
+    then is closed; the run that wins holds its lease in the approval step until every other
+    resumer has lost. Returns the results, the losers' refusals and how often the step ran."""
+    losers: list[RunNotResumable] = []
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def held_approve(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        ran.append(1)
+        deadline = time.monotonic() + 20
+        while len(losers) < len(handles) - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return approve(state, ctx)
+
+    racer = Runner("approval", [draft, ("approve", held_approve), publish])
+    barrier = threading.Barrier(len(handles))
+    results: list[Any] = []
+
+    def resume(handle: Store) -> None:
+        barrier.wait()
+        try:
+            results.append(racer.resume(handle, thread_id, {"approved": True}, **options))
+        except RunNotResumable as exc:
+            with lock:
+                losers.append(exc)
+
+    in_threads(resume, [(h,) for h in handles], timeout=60)
+    for h in handles:
+        h.close()
+    return results, losers, len(ran)
 
 
 def _mark(name: str) -> Any:

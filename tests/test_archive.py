@@ -111,3 +111,73 @@ def test_a_durability_sweep_archive_round_trips_and_the_archive_is_read_only(
         pytest.raises(ReadOnlyStoreError),
     ):
         read.put(Checkpoint(thread_id="t2"))
+
+
+def _write_archive(directory: Path, members: int, threads: int, payload: int) -> None:
+    """An archive of ``members`` batches of ``threads`` threads, 3 checkpoints each, the last
+    batch archived twice (a sweep killed between archiving a batch and deleting it)."""
+    from durability.archive.format import ArchiveWriter
+    from durability.stores.rows import EncodedCheckpoint, EncodedWrite
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    writer = ArchiveWriter(directory, source="sqlite:///x.db", provider="sqlite", now=now)
+    batches = []
+    for m in range(members):
+        names = [f"m{m:03}-t{t:03}" for t in range(threads)]
+        cps = [
+            EncodedCheckpoint.encode(
+                Checkpoint(thread_id=n, checkpoint_id=f"c{i}", state={"pad": "x" * payload}),
+                created_at=now + timedelta(seconds=i),
+            )
+            for n in names
+            for i in range(3)
+        ]
+        ws = [
+            EncodedWrite.encode(
+                PendingWrite(
+                    thread_id=n, checkpoint_id="c2", task_id="t", idx=0, channel="n", value=1
+                )
+            )
+            for n in names
+        ]
+        batches.append((cps, ws))
+        writer.write_batch([], cps, ws, now)
+    writer.write_batch([], *batches[-1], now)
+    writer.close()
+
+
+def test_a_large_archive_opens_and_reads_holding_its_index_and_a_few_batches(
+    tmp_path: Path,
+) -> None:
+    """Opening and reading every thread never holds more than a few batches' rows: the peak is
+    far below the archive's decoded size; a batch archived twice counts once; every row reads."""
+    import tracemalloc
+
+    from durability.archive.store import MEMBERS_KEPT
+
+    members, threads, payload = 64, 20, 4000
+    _write_archive(tmp_path / "ar", members, threads, payload)
+    decoded = members * threads * 3 * payload
+    tracemalloc.start()
+    with durability.open(f"archive:///{tmp_path / 'ar'}") as read:
+        records = list(read.iter_threads())
+        assert len(records) == members * threads
+        assert {r.checkpoints for r in records} == {3}
+        for record in records:
+            history = read.history(record.thread_id)
+            assert [c.state["pad"] for c in history] == ["x" * payload] * 3
+            assert [w.value for w in read.writes(record.thread_id, "c2")] == [1]
+        assert len(read._decoded) <= MEMBERS_KEPT
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < decoded / 4, (peak, decoded)
+
+
+def test_a_batch_cut_short_is_not_read(tmp_path: Path) -> None:
+    """A sweep killed while writing its last batch: that batch (never deleted) is left out."""
+    _write_archive(tmp_path / "ar", 2, 3, 10)
+    (path,) = (tmp_path / "ar").glob("*.jsonl.gz")
+    data = path.read_bytes()
+    path.write_bytes(data + gzip.compress(b'{"kind":"header"}\n' * 50)[:-20])
+    with durability.open(f"archive:///{tmp_path / 'ar'}") as read:
+        assert len(list(read.iter_threads())) == 6

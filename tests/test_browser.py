@@ -3,7 +3,8 @@
 ``durability lab`` serves JupyterLab on loopback over a demo fleet built in a temp folder (its
 plane served by the lab command, as for a user); Debian's ``chromium`` opens each notebook,
 runs all cells twice in the same kernel, and the test checks what a user would see: every cell
-ran without an error both times, moving the retention slider changes the planner's summary,
+ran without an error both times, selecting a row of the largest threads shows that thread in
+the store explorer, moving the retention slider changes the planner's summary,
 pressing Restore then Resume in the restore panel applies the plan and completes the run, and
 the browser logged no console error. A screenshot per notebook is
 saved under ``test-artifacts/`` (git-ignored). In CI (``CI=true``) a missing browser fails the
@@ -263,11 +264,31 @@ def _screenshot(page: Any, name: str) -> None:
 
 
 def test_explore_store_runs_in_jupyterlab(browser: Any, lab: Lab) -> None:
-    """All cells run; the thread count and the store explorer's picker are on the page."""
+    """All cells run; the thread count and the store explorer's picker are on the page; a row
+    selected in the largest threads' table becomes the explorer's thread."""
     opened = _open_and_run_all(browser, lab, "explore_store.ipynb")
     page = opened.page
     page.wait_for_selector(".jp-OutputArea-output:has-text('threads, ')")
-    page.wait_for_selector(".durability-explorer-thread")
+    explorer = page.locator(".durability-explorer-thread select").first
+    explorer.wait_for()
+    rows = page.locator(".durability-rows-list select").first
+    rows.scroll_into_view_if_needed()
+    shown = rows.locator("option").all_inner_texts()
+    assert len(shown) >= 3, shown
+    before = explorer.input_value()
+    picked = next(
+        n for n, text in enumerate(shown) if not before.startswith(text.split()[0].rstrip("…"))
+    )
+    rows.select_option(index=picked)  # what a click on the row does: the list's change event
+    prefix = shown[picked].split()[0].rstrip("…")
+    page.wait_for_function(
+        "([sel, prefix]) => document.querySelector(sel).value.startsWith(prefix)",
+        arg=[".durability-explorer-thread select", prefix],
+        timeout=30_000,
+    )
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=60_000)
+    assert explorer.input_value().startswith(prefix)
+    assert explorer.input_value() != before
     _screenshot(page, "explore_store.ipynb")
     assert opened.errors == []
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,19 +20,11 @@ from durability.model import Checkpoint, PendingWrite
 from durability.transfer import plan_copy
 
 
-def _sqlite_saver(path: Path) -> Any:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
-    saver.setup()
-    return saver
-
-
 @pytest.fixture(scope="module")
 def lg_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SqliteSaver file: ``waiting`` on an interrupt, ``done`` resumed to its end."""
     path = tmp_path_factory.mktemp("lgcopy") / "checkpoints.db"
-    saver = _sqlite_saver(path)
+    saver = lg.sqlite_saver(path)
     lg.start(saver, "waiting")
     lg.start(saver, "done")
     lg.resume_sync(saver, "done", "yes")
@@ -58,7 +49,7 @@ def test_a_stategraph_continues_its_threads_after_its_store_is_copied(
     dst = f"sqlite:///{tmp_path / 'copy.db'}"
     result = durability.copy(f"langgraph+sqlite:///{source}", dst)
     assert sorted(result.copied) == ["done", "waiting"]
-    saver = _sqlite_saver(source)
+    saver = lg.sqlite_saver(source)
     with durability.open(dst) as store:
         ours = DurabilitySaver(store)
         for thread in ("done", "waiting"):
@@ -169,19 +160,19 @@ def test_a_copy_killed_midway_finishes_when_run_again(
         _thread(src, "order")
         import durability.transfer as transfer
 
-        real = transfer._put_checkpoints
+        real = transfer._bulk_load  # Postgres loads each chunk with COPY
         calls = {"n": 0}
 
-        def dies(store: Any, chunk: Any, target: str) -> None:
+        def dies(store: Any, checkpoints: Any, writes: Any) -> None:
             calls["n"] += 1
             if calls["n"] == 2:  # killed before the second chunk's transaction
                 raise KeyboardInterrupt("killed")
-            real(store, chunk, target)
+            real(store, checkpoints, writes)
 
-        monkeypatch.setattr(transfer, "_put_checkpoints", dies)
+        monkeypatch.setattr(transfer, "_bulk_load", dies)
         with pytest.raises(KeyboardInterrupt):
             durability.copy(src, dst, chunk_size=3)
-        monkeypatch.setattr(transfer, "_put_checkpoints", real)
+        monkeypatch.setattr(transfer, "_bulk_load", real)
         (row,) = plan_copy(src, dst).rows
         assert (row.action, row.present) == ("resume", 3)
         durability.copy(src, dst, chunk_size=3)
@@ -204,3 +195,28 @@ def test_the_cli_shows_the_plan_and_copies(lg_file: Path, tmp_path: Path) -> Non
     done = runner.invoke(cli, ["copy", src, dst, "--thread", "done", "--yes", "--json"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["totals"]["checkpoints"] == plan["checkpoints"]
+
+
+def test_the_bulk_copy_into_postgres_keeps_the_insert_refusals(tmp_path: Path, pg_url: str) -> None:
+    """COPY batches several threads per transaction; an erased thread in the batch refuses it
+    whole (nothing of the batch written), a duplicate id refuses as a conflict."""
+    from durability.errors import CheckpointConflict, ThreadErased
+    from durability.stores.rows import Select
+
+    with (
+        durability.open(f"sqlite:///{tmp_path / 'a.db'}") as src,
+        durability.open(pg_url) as dst,
+    ):
+        assert dst.bulk is not None
+        _thread(src, "a-order")
+        _thread(src, "b-order")
+        dst.put(Checkpoint(thread_id="b-order", checkpoint_id="gone"))
+        dst.erase("b-order")
+        with pytest.raises(ThreadErased):
+            durability.copy(src, dst, chunk_size=100)
+        assert dst.thread("a-order") is None
+        durability.copy(src, dst, threads=["a-order"], chunk_size=100)
+        _same(src, dst, "a-order", "a-order")
+        rows = src._select(Select("a-order", None))
+        with pytest.raises(CheckpointConflict, match="nothing was written"):
+            dst.bulk.load(rows[:1], [])

@@ -15,6 +15,7 @@ from durability.cli import cli
 from durability.crypto import Keyring, Sealed, is_sealed, key_id_of, new_key_line
 from durability.crypto.envelope import Sealer, hkdf_sha256
 from durability.errors import ConfigError, DecryptionFailed, KeyMissing
+from durability.testing.suite import write_for
 
 K1, K2 = os.urandom(32), os.urandom(32)
 ROW = ("thread-1", "ns", "cp-1", "state")
@@ -236,24 +237,13 @@ def test_copy_reseals_what_it_moves(tmp_path) -> None:
     (the associated data binds it), and a clear store copied into one that encrypts is sealed."""
     import durability
     from durability.crypto import is_sealed
-    from durability.model import Checkpoint, PendingWrite
+    from durability.model import Checkpoint
     from durability.stores.rows import Select
 
     ring = Keyring({"k1": K1})
     src = durability.open(f"sqlite:///{tmp_path / 'src.db'}", keyring=ring)
     cp = src.put(Checkpoint(thread_id="a", state={"secret": 1}))
-    src.put_writes(
-        [
-            PendingWrite(
-                thread_id="a",
-                checkpoint_id=cp.checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=7,
-            )
-        ]
-    )
+    src.put_writes([write_for(cp, 7)])
     dst = durability.open("memory://crypt-copy-dst", keyring=ring)
     durability.copy(src, dst, rename="{thread_id}-copy")
     latest = dst.latest("a-copy")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +29,8 @@ from durability import Checkpoint, PendingWrite, frames
 from durability.cli import cli
 from durability.clock import FrozenClock
 from durability.doctor import CHECKS, diagnose
-from durability.doctor.repair import apply_repairs, plan_repairs
+from durability.doctor.model import Diagnosis
+from durability.doctor.repair import RepairPlan, RepairStep, apply_repairs, plan_repairs
 from durability.doctor.replica import Replica
 from durability.model import STEP_FORK_ORIGIN, STEP_RUN_END
 from durability.replication import connect, disconnect
@@ -36,6 +38,7 @@ from durability.replication.client import PlaneClient
 from durability.replication.wire import ids_checksum
 from durability.settings import Settings
 from durability.stores import Store
+from durability.stores.redis.keys import thread_tag
 from durability.testing import StoreTarget
 from tests import langgraph_graph as lg
 from tests.conftest import POSTGRES_URL, PROVIDERS, make_target
@@ -95,6 +98,9 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
         with store.db.write("inject") as conn:  # type: ignore[attr-defined]
             conn.execute(outbox_table.insert().values(seq=10**9, project_id="", attempts=0))
         expected.add(("outbox_without_checkpoint", None))
+    if store.provider == "redis":  # a synced and a pending record whose row is gone
+        stale_outbox_records(store, "o")
+        expected.add(("outbox_without_checkpoint", "o"))
     if store.tombstones is not None:
         store.put(Checkpoint(thread_id="erased"))
         store.tombstones.bury("erased")  # a tombstone, and the rows still there
@@ -106,6 +112,28 @@ def break_everything(store: Store) -> set[tuple[str, str | None]]:
         store.delete_checkpoints("k2", [("", "x")])
         expected |= {("park_without_thread", "k2"), ("park_past_deadline", "k2")}
     return expected
+
+
+def stale_outbox_records(store: Any, thread: str) -> list[int]:
+    """On a Redis thread: a synced record and a pending one (indexed, as the reconcile would)
+    of rows the thread does not hold, copied from a real row's record; their seqs."""
+    from durability.stores.redis.documents import header_time
+    from durability.stores.redis.keys import member, thread_tag
+
+    row = store.put(Checkpoint(thread_id=thread, checkpoint_id="held"))
+    tag = thread_tag(thread)
+    state = f"{store.prefix}{{{tag}}}:os"
+    header = store.client.hget(state, f"h{row.seq}")
+    synced, pending = row.seq + 1000, row.seq + 2000
+    store.client.hset(f"{store.prefix}{{{tag}}}:sy", f"h{synced}", header)
+    store.client.hset(state, mapping={f"h{pending}": header, f"a{pending}": 3})
+    store.client.zadd(store.keys.outbox, {member(tag, pending): header_time(header)})
+    return [synced, pending]
+
+
+def outbox_index(store: Any) -> list[bytes]:
+    """The members of a Redis store's outbox index."""
+    return list(store.client.zrange(store.keys.outbox, 0, -1))
 
 
 def found(store: Store, now: datetime = LATER) -> set[tuple[str, str | None]]:
@@ -136,21 +164,27 @@ def test_fix_repairs_the_safe_ones_and_deletes_only_with_yes(store: Store) -> No
     """--fix releases the ended run's lease at once, drops the orphan writes only when deletes
     are allowed, and leaves every problem it has no safe repair for."""
     expected = break_everything(store)
-    sql = store.provider in ("sqlite", "postgres")
+    outboxes = store.provider in ("sqlite", "postgres", "redis")
     plan = plan_repairs(diagnose(store, now=LATER))
     assert {(s.repair, s.deletes) for s in plan.steps} == {
         ("drop_orphan_writes", True),
         ("release_ended_leases", False),
-        *([("drop_orphan_outbox", False)] if sql else []),
+        *([("drop_orphan_outbox", False)] if outboxes else []),
     }
     result = apply_repairs(store, plan)
     assert result.applied == {
         "release_ended_leases": 1,
-        **({"drop_orphan_outbox": 1} if sql else {}),
+        **({"drop_orphan_outbox": 2 if store.provider == "redis" else 1} if outboxes else {}),
     }
+    if store.provider == "redis":  # the held row stays; the stale record's index entry went
+        [held] = store.outbox(thread_id="o")  # type: ignore[misc]
+        tag = thread_tag("o").encode()
+        assert [m for m in outbox_index(store) if m.startswith(tag)] == [
+            f"{thread_tag('o')}:{held.seq:020d}".encode()
+        ]
     assert [s.repair for s, _why in result.skipped] == ["drop_orphan_writes"]
     assert store.writes("w", "ghost") != []
-    outbox = {("outbox_without_checkpoint", None)}
+    outbox = {("outbox_without_checkpoint", None), ("outbox_without_checkpoint", "o")}
     assert found(store) == expected - {("lease_of_ended_run", "l")} - outbox
     result = apply_repairs(store, plan_repairs(diagnose(store, now=LATER)), allow_deletes=True)
     assert result.applied == {"drop_orphan_writes": 1}
@@ -158,6 +192,34 @@ def test_fix_repairs_the_safe_ones_and_deletes_only_with_yes(store: Store) -> No
     assert store.latest("w") is not None  # the thread's own checkpoint stays
     fixed = {("lease_of_ended_run", "l"), ("writes_without_checkpoint", "w")}
     assert found(store) == expected - fixed - outbox
+
+
+def test_the_outbox_repairs_recheck_each_record_as_they_act(store: Store) -> None:
+    """Between the plan and the apply the store moves on: a re-queue of a row deleted since,
+    or marked synced again, moves nothing; a Redis record whose row came back is not dropped."""
+    if store.outbox is None:
+        return
+    gone, kept = store.put(Checkpoint(thread_id="q")), store.put(Checkpoint(thread_id="q"))
+    store.outbox.mark_synced([("q", gone.seq), ("q", kept.seq)])  # type: ignore[misc]
+    keys = (("", gone.checkpoint_id, gone.seq), ("", kept.checkpoint_id, kept.seq))
+    step = RepairStep("requeue_missing_rows", "replica_short", "q", 2, False, keys)
+    plan = RepairPlan(store.url, [step], [])
+    store.delete_checkpoints("q", [("", gone.checkpoint_id)])
+    assert apply_repairs(store, plan).applied == {"requeue_missing_rows": 1}
+    assert [e.checkpoint_id for e in store.outbox(state="pending")] == [kept.checkpoint_id]  # type: ignore[misc]
+    assert apply_repairs(store, plan).applied == {"requeue_missing_rows": 0}  # pending already
+    if store.provider != "redis":
+        return
+    seqs = stale_outbox_records(store, "o")
+    [problem] = [p for p in diagnose(store).problems if p.check == "outbox_without_checkpoint"]
+    r: Any = store
+    base = f"{r.prefix}{{{thread_tag('o')}}}:"
+    r.client.hset(base + "c", str(seqs[0]), b"back")  # the rows are there again
+    r.client.hset(base + "od", str(seqs[1]), b"back")
+    result = apply_repairs(store, plan_repairs(Diagnosis(store.url, LATER, [problem], [], {})))
+    assert result.applied == {"drop_orphan_outbox": 0}
+    assert r.client.hexists(base + "sy", f"h{seqs[0]}")
+    assert r.client.hexists(base + "os", f"h{seqs[1]}")
 
 
 def test_what_the_seeds_intend_reports_nothing(store: Store) -> None:
@@ -280,11 +342,7 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
             return
         put_chain(store, "whole", ["w1", "w2", "w3"])
         put_chain(store, "thinned", ["t1", "t2"])
-        connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
-        deadline = time.monotonic() + 15
-        while store.outbox(state="pending") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        disconnect(store, timeout=5)
+        drain_until_sent(store, plane)
         store.delete_checkpoints("thinned", [("", "t1")])
         short = [store.put(Checkpoint(thread_id="whole", checkpoint_id="w4"))]
         short.append(store.put(Checkpoint(thread_id="short", checkpoint_id="s1")))
@@ -309,22 +367,63 @@ def test_a_replica_short_of_rows_the_store_marks_synced_is_named(
         assert plane.key not in result.output
         assert {p["thread_id"] for p in json.loads(result.output)["problems"]} == {"short", "whole"}
         repaired = apply_repairs(store, plan_repairs(diagnosis))
-        if store.provider == "redis":
-            assert [why for _s, why in repaired.skipped] == ["no safe repair on a redis store"] * 2
-        else:  # re-queued, sent again by the next drain: the replica is whole
-            assert repaired.applied == {"requeue_missing_rows": 2}
-            assert {e.checkpoint_id for e in store.outbox(state="pending")} == {"w4", "s1"}
-            connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
-            deadline = time.monotonic() + 15
-            while store.outbox(state="pending") and time.monotonic() < deadline:
-                time.sleep(0.02)
-            disconnect(store, timeout=5)
-            assert diagnose(store, plane=replica).problems == []
+        # re-queued, sent again by the next drain: the replica is whole
+        assert repaired.applied == {"requeue_missing_rows": 2}
+        assert {e.checkpoint_id for e in store.outbox(state="pending")} == {"w4", "s1"}
+        assert diagnose(store).problems == []  # indexed as pending rows are
+        drain_until_sent(store, plane)
+        assert diagnose(store, plane=replica).problems == []
     assert {(p.check, p.thread_id, p.rows) for p in problems} == {
         ("replica_short", "short", 1),
         ("replica_short", "whole", 1),
     }
     assert all("'w4'" in p.detail or "'s1'" in p.detail for p in problems)
+
+
+def drain_until_sent(store: Store, plane: PlaneHandle) -> None:
+    """Connect, wait until the outbox holds nothing pending, disconnect."""
+    connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+    deadline = time.monotonic() + 15
+    while store.outbox(state="pending") and time.monotonic() < deadline:  # type: ignore[misc]
+        time.sleep(0.02)
+    disconnect(store, timeout=5)
+    assert store.outbox(state="pending") == []  # type: ignore[misc]
+
+
+def test_requeue_races_a_live_drain_and_a_writer(target: StoreTarget, plane: PlaneHandle) -> None:
+    """Rows the plane lacks are re-queued while a drain is connected and a writer puts rows into
+    the same threads: every row reaches the plane once, none is left pending, and the replica
+    is whole afterwards (each row moves in one statement or one script of its thread)."""
+    with target.open(settings=SETTINGS) as store:
+        if store.outbox is None:
+            return
+        lost = [store.put(Checkpoint(thread_id=f"race-{n % 3}")) for n in range(30)]
+        store.outbox.mark_synced([(c.thread_id, c.seq) for c in lost])  # type: ignore[misc]
+        replica = Replica.of(PlaneClient(plane.url, plane.key, http=plane.http()))
+        diagnosis = diagnose(store, plane=replica)
+        assert {(p.thread_id, p.rows) for p in diagnosis.problems} == {
+            (f"race-{n}", 10) for n in range(3)
+        }
+        plan = plan_repairs(diagnosis)
+        connect(store, plane.url, plane.key, http=plane.http(), backoff=fast_backoff())
+        writer = threading.Thread(
+            target=lambda: [store.put(Checkpoint(thread_id=f"race-{n % 3}")) for n in range(60)]
+        )
+        writer.start()
+        repaired = apply_repairs(store, plan)
+        writer.join()
+        deadline = time.monotonic() + 15
+        while store.outbox(state="pending") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        disconnect(store, timeout=5)
+        assert repaired.applied == {"requeue_missing_rows": 30}
+        assert store.outbox(state="pending") == []
+        assert diagnose(store, plane=replica).problems == []
+        counts = {
+            i["execution_id"]: i["count"]
+            for i in replica.client.digest(["race-0", "race-1", "race-2"])
+        }
+    assert counts == {f"race-{n}": 30 for n in range(3)}
 
 
 def test_the_digest_route_refuses_bad_input_by_name(plane: PlaneHandle) -> None:
@@ -397,14 +496,15 @@ def test_a_langgraph_postgres_store_with_orphan_blobs(tmp_path: Path) -> None:
         schema = url.url.split("schema=")[1].split("&")[0]
         with sa.create_engine(POSTGRES_URL).begin() as conn:
             conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        dsn = f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+        server = POSTGRES_URL.split("://", 1)[1]  # the test database, whichever it is
+        dsn = f"postgresql://{server}?options=-csearch_path%3D{schema}"
         with PostgresSaver.from_conn_string(dsn) as saver:
             saver.setup()
             lg.start(saver, "graph")
             lg.start(saver, "deleted")
             with saver._cursor() as cur:
                 cur.execute("DELETE FROM checkpoints WHERE thread_id = 'deleted'")
-        lg_url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+        lg_url = f"langgraph+postgresql://{server}?schema={schema}"
         with durability.open(lg_url) as store:
             problems = diagnose(store).problems
         assert [(p.check, p.thread_id) for p in problems] == [("langgraph_unreferenced", "deleted")]
@@ -429,3 +529,117 @@ def test_a_flows_owned_session_threads_on_a_per_run_store_are_not_breaks(store: 
     assert owned.checkpoints == 0
     assert found(store, now=T0 + timedelta(hours=1)) == set()
     assert found(agents, now=T0 + timedelta(hours=1)) == set()
+
+
+def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None:
+    """On the rebuilt SQLite table (migration 15) every query the doctor sends finds a
+    checkpoint by one index search: none walks a thread's rows by its hash alone (quadratic in a
+    long thread) and none leans on an automatic index SQLite builds per query."""
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    with durability.open(url) as store:
+        put_chain(store, "long", [f"c{i}" for i in range(50)])
+        store.put_writes(
+            [PendingWrite(thread_id="long", checkpoint_id="c1", task_id="t", idx=0, channel="c")]
+        )
+        sent: list[str] = []
+        engine = store.db.engine  # type: ignore[attr-defined]
+
+        def capture(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT"):
+                sent.append(statement)
+
+        sa.event.listen(engine, "before_cursor_execute", capture)
+        try:
+            assert diagnose(store).problems == []
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", capture)
+        plans = []
+        with sqlite3.connect(tmp_path / "plans.db") as conn:
+            for statement in sent:
+                marks = statement.count("?")
+                explained = conn.execute(f"EXPLAIN QUERY PLAN {statement}", [None] * marks)
+                plans += [row[-1] for row in explained]
+    by_ids = "USING INDEX ix_durability_checkpoints_ids (thread_id=? AND namespace=? AND checkpoint_id=?)"
+    # the two anti-joins: a write's checkpoint, a row's parent
+    assert [p.split(" USING")[0] for p in plans if p.endswith(by_ids)] == [
+        "SEARCH durability_checkpoints",
+        "SEARCH parent",
+    ]
+    assert not [p for p in plans if "AUTOMATIC" in p]
+
+
+def _fastaiagent_sdk(*args: str, cwd: Path) -> str:
+    """Run the real fastaiagent SDK (tests/fastaiagent_runs.py) in a subprocess; its output."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "fastaiagent_runs.py"
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _fastaiagent_found(url: str) -> set[tuple[str, str | None, int]]:
+    with durability.open(url, settings=SETTINGS) as store:
+        problems = diagnose(store, now=datetime.now(UTC) + timedelta(hours=1)).problems
+    return {(p.check, p.thread_id, p.rows) for p in problems}
+
+
+FASTAIAGENT_BREAKS = {
+    ("fastaiagent_run_end_quarantined", "exec-done", 1),
+    ("fastaiagent_idempotency_without_execution", "exec-gone", 1),
+}
+
+
+def test_a_fastaiagent_sqlite_store_is_whole_until_the_sdks_bugs_leave_rows(
+    tmp_path: Path,
+) -> None:
+    """A local.db the real SDK wrote (paused, resumed, failed runs; a row synced, one
+    quarantined) reports nothing; the rows its known bugs leave, written through its own calls
+    (a legacy row without checkpoint_id by hand), are each named; --fix refuses the store."""
+    db = tmp_path / "local.db"
+    url = f"fastaiagent+sqlite:///{db}"
+    _fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
+    assert _fastaiagent_found(url) == set()
+    _fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
+    with sqlite3.connect(db) as conn:  # a legacy row: before schema v2, no checkpoint_id
+        conn.execute(
+            "UPDATE checkpoints SET checkpoint_id = NULL WHERE rowid = "
+            "(SELECT min(rowid) FROM checkpoints WHERE execution_id = 'exec-paused')"
+        )
+    assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS | {
+        ("fastaiagent_outbox_stalled", "exec-nan", 1),
+        ("fastaiagent_resent_forever", "exec-paused", 1),
+        ("fastaiagent_created_at_misordered", "exec-times", 1),
+    }
+    fixed = CliRunner().invoke(cli, ["doctor", url, "--fix", "--yes"])
+    assert fixed.exit_code == 1
+    assert "read-only here" in fixed.output
+
+
+def test_a_fastaiagent_postgres_store_is_whole_until_the_sdks_bugs_leave_rows(
+    tmp_path: Path,
+) -> None:
+    """The same on a Postgres schema the real SDK wrote: its jsonb, its required checkpoint_id
+    and its timestamptz rule out the SQLite-only breaks, which are skipped, named."""
+    for target in make_target("postgres", tmp_path):
+        schema = target.url.split("schema=")[1].split("&")[0]
+        with sa.create_engine(POSTGRES_URL).begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+        server = POSTGRES_URL.split("://", 1)[1]
+        dsn = f"postgresql://{server}"
+        _fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
+        url = f"fastaiagent+postgresql://{server}?schema={schema}"
+        assert _fastaiagent_found(url) == set()
+        _fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
+        assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS
+        with durability.open(url, settings=SETTINGS) as store:
+            skipped = diagnose(store).skipped
+        assert skipped["fastaiagent_outbox_stalled"] == "not a fastaiagent SQLite store"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -18,7 +19,6 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
-import sqlalchemy as sa
 from langchain_core.messages import AIMessage
 
 import durability
@@ -32,22 +32,12 @@ PG = "postgresql://postgres@127.0.0.1:5432/test"
 SETTINGS = Settings(waiting_retention=timedelta(days=30))
 
 
-def _pg_or_skip() -> sa.Engine:
-    from conftest import need_service
-
-    engine = sa.create_engine(PG.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError:
-        need_service("PostgreSQL", "127.0.0.1:5432")
-    return engine
-
-
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A fresh Postgres schema, dropped afterwards."""
-    engine = _pg_or_skip()
+    from conftest import langgraph_pg_engine
+
+    engine = langgraph_pg_engine()
     schema = f"foreign_{uuid.uuid4().hex[:12]}"
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
@@ -362,8 +352,10 @@ def _check_langgraph(store: durability.stores.Store, saver: Any) -> None:
     _check_refuses_writes(store)
 
 
-def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
-    """A SqliteSaver file reads with LangGraph's strict serializer; blocked values are named, the file unchanged."""
+@contextmanager
+def langgraph_sqlite_unchanged(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """A SqliteSaver file :func:`_run_langgraph` wrote: its store URL and the saver; on the way
+    out, asserts that nothing the block did changed the file."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     db = tmp_path / "checkpoints.db"
@@ -371,10 +363,15 @@ def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
     saver = SqliteSaver(conn)
     _run_langgraph(saver)
     before = _digest(db)
-    with durability.open(f"langgraph+sqlite:///{db}") as store:
-        _check_langgraph(store, saver)
+    yield f"langgraph+sqlite:///{db}", saver
     assert _digest(db) == before
     conn.close()
+
+
+def test_langgraph_sqlite_maps_what_the_saver_wrote(tmp_path: Path) -> None:
+    """A SqliteSaver file reads with LangGraph's strict serializer; blocked values are named, the file unchanged."""
+    with langgraph_sqlite_unchanged(tmp_path) as (url, saver), durability.open(url) as store:
+        _check_langgraph(store, saver)
 
 
 def test_langgraph_postgres_maps_what_the_saver_wrote(pg_schema: str) -> None:

@@ -617,19 +617,11 @@ def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]
 
 def test_frames_of_a_langgraph_sqlite_store(tmp_path: Any) -> None:
     """A LangGraph SqliteSaver file: threads, checkpoints and statuses as the saver wrote them."""
-    import sqlite3
-
-    from langgraph.checkpoint.sqlite import SqliteSaver
-    from test_foreign_stores import _digest, _run_langgraph
+    from test_foreign_stores import langgraph_sqlite_unchanged
 
     import durability
 
-    db = tmp_path / "checkpoints.db"
-    conn = sqlite3.connect(db, check_same_thread=False)
-    saver = SqliteSaver(conn)
-    _run_langgraph(saver)
-    before = _digest(db)
-    with durability.open(f"langgraph+sqlite:///{db}") as store:
+    with langgraph_sqlite_unchanged(tmp_path) as (url, saver), durability.open(url) as store:
         cps = frames.checkpoints(store)
         assert_columns(cps, "checkpoints")
         own = {
@@ -651,8 +643,6 @@ def test_frames_of_a_langgraph_sqlite_store(tmp_path: Any) -> None:
         assert frames.outbox(store).empty
         assert frames.parks(store).empty
         assert_columns(frames.runs(store), "runs")
-    assert _digest(db) == before
-    conn.close()
 
 
 # ---------------------------------------------------------------------------- run health from a plane

@@ -7,14 +7,12 @@ import shutil
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import langgraph_graph as lg
 import pytest
-import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +21,6 @@ from durability.errors import CheckpointStoreFormatError, ReadOnlyStoreError
 from durability.settings import Settings
 from durability.sweep import plan_sweep, sweep
 
-PG = "postgresql://postgres@127.0.0.1:5432/test"
 SETTINGS = Settings(waiting_retention=timedelta(days=30), finished_retention=timedelta(days=7))
 THREADS = [f"t{i}" for i in range(6)]
 
@@ -32,19 +29,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _sqlite_saver(path: Path, timeout: float = 5.0) -> Any:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False, timeout=timeout))
-    saver.setup()
-    return saver
-
-
 @pytest.fixture(scope="module")
 def lg_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SqliteSaver file: six threads waiting on an interrupt, two of them resumed to the end."""
     path = tmp_path_factory.mktemp("lg") / "checkpoints.db"
-    saver = _sqlite_saver(path)
+    saver = lg.sqlite_saver(path)
     for t in THREADS:
         lg.start(saver, t)
     for t in THREADS[:2]:
@@ -168,7 +157,7 @@ def test_the_sweep_deletes_exactly_what_the_plan_says(
 
 def test_a_sweep_beside_a_live_langgraph_writer_never_times_it_out(lg_copy: Path) -> None:
     """A graph keeps writing to the file (1 s busy timeout) while the sweep deletes 120 threads."""
-    saver = _sqlite_saver(lg_copy)
+    saver = lg.sqlite_saver(lg_copy)
     for i in range(120):
         lg.start(saver, f"old-{i}")
     saver.conn.close()
@@ -177,7 +166,7 @@ def test_a_sweep_beside_a_live_langgraph_writer_never_times_it_out(lg_copy: Path
     stop = threading.Event()
 
     def live() -> None:
-        writer = _sqlite_saver(lg_copy, timeout=1.0)
+        writer = lg.sqlite_saver(lg_copy, timeout=1.0)
         try:
             while not stop.is_set():
                 thread = f"live-{len(written)}"
@@ -214,32 +203,6 @@ def test_a_sweep_beside_a_live_langgraph_writer_never_times_it_out(lg_copy: Path
 # ---------------------------------------------------------------------------- Postgres
 
 
-@pytest.fixture
-def pg_store() -> Iterator[tuple[str, Any]]:
-    """A schema written by the real PostgresSaver (its sidecar schema dropped afterwards too)."""
-    from conftest import need_service
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    engine = sa.create_engine(PG.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError:
-        need_service("PostgreSQL", "127.0.0.1:5432")
-    schema = f"lgret_{uuid.uuid4().hex[:10]}"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    try:
-        with PostgresSaver.from_conn_string(f"{PG}?options=-csearch_path%3D{schema}") as saver:
-            saver.setup()
-            yield schema, saver
-    finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}_durability" CASCADE')
-        engine.dispose()
-
-
 def _pg_rows(saver: Any, schema: str) -> dict[str, int]:
     with saver.conn.cursor() as cur:
         return {
@@ -249,10 +212,10 @@ def _pg_rows(saver: Any, schema: str) -> dict[str, int]:
 
 
 def test_a_postgres_sweep_removes_checkpoints_blobs_and_writes_orphans_included(
-    pg_store: tuple[str, Any],
+    pg_langgraph: tuple[str, Any],
 ) -> None:
     """Due threads lose every row in the three tables, a blob no checkpoint references too."""
-    schema, saver = pg_store
+    schema, saver = pg_langgraph
     for t in ("a", "b", "keep"):
         lg.start(saver, t)
     with saver.conn.cursor() as cur:
@@ -275,10 +238,10 @@ def test_a_postgres_sweep_removes_checkpoints_blobs_and_writes_orphans_included(
 
 
 def test_an_unknown_postgres_migration_level_is_refused_before_any_delete(
-    pg_store: tuple[str, Any],
+    pg_langgraph: tuple[str, Any],
 ) -> None:
     """A checkpoint_migrations level above the known ones: refused, every row kept."""
-    schema, saver = pg_store
+    schema, saver = pg_langgraph
     lg.start(saver, "a")
     with saver.conn.cursor() as cur:
         cur.execute(f'INSERT INTO "{schema}".checkpoint_migrations VALUES (42)')
@@ -293,9 +256,9 @@ def test_an_unknown_postgres_migration_level_is_refused_before_any_delete(
     assert _pg_rows(saver, schema) == before
 
 
-def test_a_postgres_store_without_writable_refuses_the_sweep(pg_store: tuple[str, Any]) -> None:
+def test_a_postgres_store_without_writable_refuses_the_sweep(pg_langgraph: tuple[str, Any]) -> None:
     """No explicit opt-in: refused naming the fix, nothing deleted, no sidecar schema created."""
-    schema, saver = pg_store
+    schema, saver = pg_langgraph
     lg.start(saver, "a")
     before = _pg_rows(saver, schema)
     url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"

@@ -151,6 +151,43 @@ def test_encrypted_serde_keeps_values_as_typed_bytes(target: StoreTarget) -> Non
         assert final["amount"] == Decimal("12.50")
 
 
+def test_get_tuple_opens_a_sealed_state_and_its_writes(target: StoreTarget) -> None:
+    """Over a store with a keyring, get_tuple (latest and by id) opens the sealed state and
+    pending writes it reads in one go; a handle without the keys refuses, naming the state."""
+    from durability.crypto import Keyring, is_sealed
+    from durability.errors import StateEncrypted
+    from durability.stores.rows import Select
+
+    keyring = Keyring({"k1": bytes(range(32))})
+    with target.open(keyring=keyring) as store:
+        saver = DurabilitySaver(store)
+        config = {"configurable": {"thread_id": "sealed", "checkpoint_ns": ""}}
+        checkpoint = {
+            "v": 4,
+            "id": "1ef0000000000000000000000000a",
+            "ts": "2026-12-03T00:00:00+00:00",
+            "channel_values": {"secret": "words " * 20},
+            "channel_versions": {"secret": saver.get_next_version(None, None)},
+            "versions_seen": {},
+            "updated_channels": ["secret"],
+        }
+        stored = saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})  # type: ignore[arg-type]
+        saver.put_writes(stored, [("secret", "pending words"), ("other", 2)], "task-1")
+        row = store._select(Select("sealed", ""))[0]
+        assert is_sealed(row.state), "the state is sealed at rest"  # type: ignore[attr-defined]
+        for asked in (config, stored):
+            got = saver.get_tuple(asked)  # type: ignore[arg-type]
+            assert got is not None
+            assert got.checkpoint["channel_values"] == {"secret": "words " * 20}
+            assert got.pending_writes == [
+                ("task-1", "secret", "pending words"),
+                ("task-1", "other", 2),
+            ]
+    if target.cross_process:  # a handle on the same rows, opened without the keys
+        with target.open() as keyless, pytest.raises(StateEncrypted):
+            DurabilitySaver(keyless).get_tuple(config)  # type: ignore[arg-type]
+
+
 def test_a_non_langgraph_thread_is_refused_clearly(target: StoreTarget) -> None:
     """Reading a thread the durability runner wrote as a LangGraph thread fails, naming it."""
     from durability import Checkpoint

@@ -26,7 +26,7 @@ import pytest
 from conftest import POSTGRES_URL, make_target, postgres_admin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from plane_support import PlaneHandle
+from plane_support import WIRE_KEYS, PlaneHandle
 
 from durability import Checkpoint
 from durability.clock import FrozenClock
@@ -35,22 +35,6 @@ from durability.service import create_ops_app
 
 TOKEN = "t" * 32
 INGEST = "/public/v1/checkpoints/ingest"
-FIELDS = [
-    "checkpoint_id",
-    "execution_id",
-    "resource_type",
-    "agent_id",
-    "chain_id",
-    "node_id",
-    "step_index",
-    "step_type",
-    "status",
-    "parent_checkpoint_id",
-    "state_snapshot",
-    "metadata",
-    "created_at",
-    "sequence",
-]
 HOSTILE_TEXT = st.sampled_from(
     [
         "",
@@ -86,7 +70,7 @@ JSON = st.recursive(
     SCALARS,
     lambda inner: (
         st.lists(inner, max_size=4)
-        | st.dictionaries(st.text(max_size=12) | st.sampled_from(FIELDS), inner, max_size=5)
+        | st.dictionaries(st.text(max_size=12) | st.sampled_from(WIRE_KEYS), inner, max_size=5)
     ),
     max_leaves=20,
 )
@@ -95,7 +79,7 @@ ITEM = st.fixed_dictionaries(
         "checkpoint_id": st.text(min_size=1, max_size=20) | HOSTILE_TEXT,
         "execution_id": HOSTILE_TEXT,
     },
-    optional=dict.fromkeys(FIELDS[2:], JSON)
+    optional=dict.fromkeys(WIRE_KEYS[2:], JSON)
     | {"metadata": st.fixed_dictionaries({}, optional={"durability": JSON})},
 )
 INGEST_BODY = st.fixed_dictionaries({"checkpoints": st.lists(ITEM | JSON, max_size=6)}) | JSON

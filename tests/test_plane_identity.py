@@ -21,6 +21,7 @@ from durability import Checkpoint
 from durability.plane import PlaneStorage
 from durability.plane.migrations import applied_migrations
 from durability.replication import PlaneClient, connect, disconnect, drain_once
+from durability.replication.connection import Connection
 from durability.replication.wire import WIRE_ID_PREFIX, store_ids, wire_checkpoint_id
 from durability.restore import apply_restore, plan_restore
 from durability.settings import Settings
@@ -66,6 +67,13 @@ def restored(plane: PlaneHandle, thread: str, tmp_path: Path) -> list[Checkpoint
         return fresh.history(thread, None)
 
 
+def connect_in_mode(store: Store, plane: PlaneHandle, mode: str, **options: Any) -> Connection:
+    """A foreground connection of ``store`` to the test plane, the plane set to ``mode``
+    (``compat``: it refuses whole batches, as older planes do)."""
+    plane.plane.compat = mode == "compat"
+    return connect(store, plane.url, plane.key, background=False, http=plane.http(), **options)
+
+
 def shape(rows: list[Checkpoint]) -> list[tuple[Any, ...]]:
     return sorted(
         (c.namespace, c.checkpoint_id, c.parent_checkpoint_id, orjson.dumps(c.state)) for c in rows
@@ -79,15 +87,7 @@ def test_two_threads_sharing_checkpoint_ids_both_replicate_and_restore(
 ) -> None:
     """Every row of both threads is stored on the plane (none dropped, none quarantined), and a
     restore gives each thread back whole: ids, parents, namespaces and states."""
-    plane.plane.compat = mode == "compat"
-    conn = connect(
-        sqlite_store,
-        plane.url,
-        plane.key,
-        background=False,
-        http=plane.http(),
-        backoff=fast_backoff(),
-    )
+    conn = connect_in_mode(sqlite_store, plane, mode, backoff=fast_backoff())
     assert conn.own_ids == (mode == "default")
     written = {}
     for thread in ("order-a", "order-b"):
@@ -156,15 +156,7 @@ def test_a_refused_duplicate_names_both_ids_and_quarantines_exactly_that_row(
     """Two rows of one batch share a checkpoint id; the plane refuses one of them (here for its
     size): the refusal names its checkpoint id and execution id, so exactly that row is
     quarantined and the other is synced (a refusal by checkpoint id alone took both)."""
-    plane.plane.compat = mode == "compat"
-    conn = connect(
-        sqlite_store,
-        plane.url,
-        plane.key,
-        background=False,
-        limits=NO_LOCAL_CAPS,
-        http=plane.http(),
-    )
+    conn = connect_in_mode(sqlite_store, plane, mode, limits=NO_LOCAL_CAPS)
     sqlite_store.put(
         Checkpoint(thread_id="big", checkpoint_id="step-1", state={"x": "y" * 1_100_000})
     )

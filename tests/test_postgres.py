@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from conftest import POSTGRES_URL, postgres_admin
+from sql_support import assert_rows_kept, write_version_1_store
 
 import durability
 from durability import Checkpoint, PendingWrite
-from durability.errors import CheckpointConflict, CheckpointStoreFormatError, ConfigError
+from durability.errors import CheckpointStoreFormatError, ConfigError
 from durability.settings import Settings
 from durability.stores.sql import SQLStore
 from durability.stores.sql.migrations import MIGRATIONS
-from durability.stores.sql.schema import checkpoint_table, meta_table, migrations_table
+from durability.stores.sql.schema import meta_table
+from durability.testing.suite import in_threads
 
 pytestmark = pytest.mark.postgres
 
@@ -145,35 +147,7 @@ def test_outbox_migration_adds_columns_if_not_exists_and_marks_old_rows_synced(
     engine = sa.create_engine(POSTGRES_URL).execution_options(schema_translate_map={None: schema})
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-        migrations_table.create(conn)
-        MIGRATIONS[0][1](conn)
-        conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
-        conn.execute(meta_table.insert().values(key="format_generation", value="1"))
-        v1 = checkpoint_table(sa.MetaData(), outbox=False)
-        conn.execute(
-            v1.insert().values(
-                tkey="k",
-                ckey="c",
-                thread_id="old-thread",
-                namespace="",
-                checkpoint_id="old-1",
-                run_id="",
-                runner="",
-                node_id="n",
-                step=0,
-                status="completed",
-                iteration=0,
-                created_at=0,
-                project_id="",
-                state="{}",
-                node_input="{}",
-                node_output="{}",
-                iteration_counters="{}",
-                interrupt_context="{}",
-                metadata="{}",
-                size_bytes=12,
-            )
-        )
+        write_version_1_store(conn)
         # A column an earlier, interrupted upgrade already added: IF NOT EXISTS must skip it.
         conn.exec_driver_sql(
             f'ALTER TABLE "{schema}".durability_checkpoints ADD COLUMN sync_error TEXT'
@@ -214,11 +188,7 @@ def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(
         ):
             conn.exec_driver_sql(sql.format(s=f'"{schema}"'))
     with open_pg(schema) as store:
-        assert store.get("t", "c1") is not None
-        assert [w.value for w in store.writes("t", "c1")] == [1]
-        with pytest.raises(CheckpointConflict):
-            store.put(Checkpoint(thread_id="t", checkpoint_id="c1", node_id="other"))
-        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+        assert_rows_kept(store)
     with admin.connect() as conn:
         indexes = set(
             conn.exec_driver_sql(
@@ -246,11 +216,7 @@ def test_concurrent_first_use_sets_up_once(schema: str) -> None:
         except BaseException as exc:  # collected below
             errors.append(exc)
 
-    workers = [threading.Thread(target=first_use, args=(s, n)) for n, s in enumerate(stores)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    in_threads(first_use, [(s, n) for n, s in enumerate(stores)])
     try:
         assert errors == []
         assert stores[0].applied_migrations() == list(range(1, len(MIGRATIONS) + 1))

@@ -24,6 +24,7 @@ from durability.settings import Settings, declare_retention
 from durability.stores.redis import RedisStore, thread_tag
 from durability.stores.redis.scripts import THREAD_KEYS
 from durability.testing import HOSTILE_IDS
+from durability.testing.suite import write_for
 
 pytestmark = pytest.mark.redis
 
@@ -96,18 +97,7 @@ def test_every_key_of_a_thread_maps_to_one_slot(open_redis: Opener, admin: Any) 
     assert len({key_slot(k.encode()) for k in globals_}) == 1
     # And nothing a write creates lives outside those keys.
     cp = store.put(Checkpoint(thread_id="{slot}", state={"a": 1}))
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id="{slot}",
-                checkpoint_id=cp.checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=1,
-            )
-        ]
-    )
+    store.put_writes([write_for(cp)])
     store.record_run_start("{slot}", run_id="r", owner="o")
     store.mark_finished("{slot}")
     store.park(Checkpoint(thread_id="{slot}"), deadline=store.clock() + timedelta(days=1))
@@ -134,18 +124,7 @@ def test_every_write_gives_all_keys_one_expiry(open_redis: Opener, admin: Any) -
     cp = store.put(Checkpoint(thread_id="t-ttl", state={"n": 1}))
     first = check("put", month)
     time.sleep(0.01)
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id="t-ttl",
-                checkpoint_id=cp.checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=1,
-            )
-        ]
-    )
+    store.put_writes([write_for(cp)])
     assert check("put_writes", month) > first
     store.acquire_lease("t-ttl", "w", timedelta(minutes=5))
     check("lease", month)
@@ -171,18 +150,7 @@ def test_reads_never_extend_an_expiry(open_redis: Opener, admin: Any) -> None:
     """Every read leaves PEXPIRETIME of every key exactly as the last write set it."""
     store = open_redis()
     cp = store.put(Checkpoint(thread_id="t-read", state={"n": 1}))
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id="t-read",
-                checkpoint_id=cp.checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=1,
-            )
-        ]
-    )
+    store.put_writes([write_for(cp)])
     store.park(Checkpoint(thread_id="t-read"), deadline=store.clock() + timedelta(days=1))
     store.mark_finished("t-read")
     keys = thread_keys(store, "t-read")
@@ -209,18 +177,7 @@ def test_a_thread_expires_whole(open_redis: Opener, admin: Any) -> None:
     """With a 1 s retention the thread's keys vanish together: no moment shows some without others."""
     store = open_redis(settings=Settings(waiting_retention=timedelta(seconds=1)))
     cp = store.put(Checkpoint(thread_id="t-whole", state={"n": 1}))
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id="t-whole",
-                checkpoint_id=cp.checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=1,
-            )
-        ]
-    )
+    store.put_writes([write_for(cp)])
     store.record_run_start("t-whole", run_id="r", owner="o")
     store.park(
         Checkpoint(thread_id="t-whole"), deadline=store.clock() + timedelta(milliseconds=900)

@@ -15,11 +15,14 @@ import pytest
 from conftest import need_service
 
 import durability
-from durability import Checkpoint, PendingWrite
+from durability import Checkpoint
+from durability.clock import FrozenClock
 from durability.settings import Settings
 from durability.stores.redis import RedisStore, thread_tag
 from durability.stores.redis.scripts import THREAD_KEYS
 from durability.testing import CHECKS, HOSTILE_IDS, StoreTarget, not_applicable
+from durability.testing.suite import write_for
+from tests.plane_support import PlaneHandle
 
 pytestmark = pytest.mark.redis
 
@@ -159,18 +162,7 @@ def test_the_cluster_puts_every_key_of_a_thread_in_one_slot(cluster: str) -> Non
     try:
         for thread_id in HOSTILE_IDS[:5]:
             cp = store.put(Checkpoint(thread_id=thread_id, state={"n": 1}))
-            store.put_writes(
-                [
-                    PendingWrite(
-                        thread_id=thread_id,
-                        checkpoint_id=cp.checkpoint_id,
-                        task_id="t",
-                        idx=0,
-                        channel="c",
-                        value=1,
-                    )
-                ]
-            )
+            store.put_writes([write_for(cp)])
             store.park(Checkpoint(thread_id=thread_id), deadline=store.clock() + timedelta(days=1))
             keys = store.thread_keys(thread_tag(thread_id))
             assert len(keys) == len(THREAD_KEYS)
@@ -189,3 +181,36 @@ def test_the_cluster_puts_every_key_of_a_thread_in_one_slot(cluster: str) -> Non
         store.reset()
     finally:
         store.close()
+
+
+def _cluster_target(cluster: str) -> StoreTarget:
+    return StoreTarget(f"{cluster}&prefix=durability-test-{uuid.uuid4().hex[:12]}:")
+
+
+def test_the_doctor_finds_and_repairs_on_a_cluster(cluster: str) -> None:
+    """The doctor's breaks and repairs (issue 20), on a cluster: each repair script runs in its
+    thread's slot, the index changes in the ``{g}`` slot."""
+    from tests import test_doctor as doctor
+
+    for check in (
+        doctor.test_every_break_is_found_and_named,
+        doctor.test_fix_repairs_the_safe_ones_and_deletes_only_with_yes,
+        doctor.test_the_outbox_repairs_recheck_each_record_as_they_act,
+    ):
+        with _cluster_target(cluster).open(
+            settings=doctor.SETTINGS, clock=FrozenClock(doctor.T0)
+        ) as store:
+            check(store)
+            store.reset()
+
+
+def test_the_doctor_requeues_what_the_plane_lacks_on_a_cluster(
+    cluster: str, plane: PlaneHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica short of rows, named and re-queued on a cluster, against a real plane."""
+    from tests import test_doctor as doctor
+
+    doctor.test_a_replica_short_of_rows_the_store_marks_synced_is_named(
+        _cluster_target(cluster), plane, monkeypatch
+    )
+    doctor.test_requeue_races_a_live_drain_and_a_writer(_cluster_target(cluster), plane)

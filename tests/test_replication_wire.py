@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
+from plane_support import WIRE_KEYS
 
 from durability import Checkpoint
 from durability.errors import RestoreError
@@ -27,23 +28,6 @@ from durability.testing import assert_same, rich_state
 
 WHEN = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
 
-#: The fastaiagent wire item's keys, in this order.
-WIRE_KEYS = [
-    "checkpoint_id",
-    "execution_id",
-    "resource_type",
-    "agent_id",
-    "chain_id",
-    "node_id",
-    "step_index",
-    "step_type",
-    "status",
-    "parent_checkpoint_id",
-    "state_snapshot",
-    "metadata",
-    "created_at",
-    "sequence",
-]
 METADATA_KEYS = [
     "node_input",
     "node_output",

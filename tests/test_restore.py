@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -272,39 +270,10 @@ def test_two_concurrent_resumers_on_a_fresh_store_one_wins(
     with on_plane(machine_a, plane):
         parked = runner_defs.approval.start(machine_a, {"topic": "race"})
     conn = link(fresh, plane)
-    losers: list[BaseException] = []
-    ran: list[int] = []
-
-    def held_approve(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-        ran.append(1)
-        deadline = time.monotonic() + 20
-        while not losers and time.monotonic() < deadline:  # hold the lease until the other lost
-            time.sleep(0.01)
-        return runner_defs.approve(state, ctx)
-
-    racer = Runner("approval", [runner_defs.draft, ("approve", held_approve), runner_defs.publish])
     handles = [target.open(clock=fresh.clock) for _ in range(2)]
-    barrier = threading.Barrier(2)
-    results: list[Any] = []
-
-    def resume(handle: Store) -> None:
-        barrier.wait()
-        try:
-            results.append(
-                racer.resume(handle, parked.thread_id, {"approved": True}, connection=conn)
-            )
-        except RunNotResumable as exc:
-            losers.append(exc)
-
-    workers = [threading.Thread(target=resume, args=(h,)) for h in handles]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(60)
-    for h in handles:
-        h.close()
+    results, losers, ran = runner_defs.race_resumes(handles, parked.thread_id, connection=conn)
     assert [r.status for r in results] == ["completed"]
-    assert len(ran) == 1
+    assert ran == 1
     assert len(losers) == 1
     assert isinstance(losers[0], AlreadyResumed), losers
     approvals = [c for c in read_thread(fresh, parked.thread_id) if c.node_id == "approve"]

@@ -372,41 +372,10 @@ def test_one_of_many_concurrent_resumers_wins(target: StoreTarget, store: Store)
     """Eight workers on their own handles resume one park at once: one runs it, seven get AlreadyResumed."""
     needs_parks(store)
     parked = runner_defs.approval.start(store, {"topic": "race"})
-    losers: list[BaseException] = []
-    ran: list[int] = []
-    lock = threading.Lock()
-
-    def winner_step(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-        ran.append(1)
-        deadline = time.monotonic() + 20
-        while (
-            len(losers) < 7 and time.monotonic() < deadline
-        ):  # hold the lease until all others lost
-            time.sleep(0.01)
-        return runner_defs.approve(state, ctx)
-
-    racer = Runner("approval", [runner_defs.draft, ("approve", winner_step), runner_defs.publish])
     handles = [target.open() for _ in range(8)]
-    results: list[Any] = []
-    barrier = threading.Barrier(8)
-
-    def resume(handle: Store) -> None:
-        barrier.wait()
-        try:
-            results.append(racer.resume(handle, parked.thread_id, {"approved": True}))
-        except RunNotResumable as exc:
-            with lock:
-                losers.append(exc)
-
-    workers = [threading.Thread(target=resume, args=(h,)) for h in handles]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(60)
-    for h in handles:
-        h.close()
+    results, losers, ran = runner_defs.race_resumes(handles, parked.thread_id)
     assert [r.status for r in results] == ["completed"]
-    assert len(ran) == 1
+    assert ran == 1
     assert len(losers) == 7
     assert all(isinstance(e, AlreadyResumed) for e in losers), losers
     assert "one worker runs a thread at a time" in str(losers[0])

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from conftest import make_target
+from test_sweep import Raising
 
 from durability import Checkpoint, ThreadRecord
 from durability.clock import FrozenClock
@@ -99,17 +100,6 @@ class Blocking:
         self.entered.set()
         self.release.wait(20)
         return {}
-
-
-class Failing:
-    """A live-thread filter that raises: the sweep must fail and delete nothing."""
-
-    owner = "test-failing"
-
-    def claims(
-        self, store: Store, candidates: Sequence[ThreadRecord], now: datetime
-    ) -> Mapping[str, str]:
-        raise RuntimeError("the lease service is down")
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -231,11 +221,11 @@ def test_metrics_count_the_spared_parked_thread_and_the_deleted_ones(serve: Serv
 
 def test_a_failing_filter_fails_the_sweep_and_deletes_nothing(serve: Serve) -> None:
     """A filter that raises makes the route answer an error naming it; every thread is kept."""
-    ops = serve(filters=[Failing()])
+    ops = serve(filters=[Raising()])
     answer = ops.sweep(AS_OF_NOW)
     assert answer.status_code == 409
     assert answer.json()["error"] == "SweepError"
-    assert "the lease service is down" in answer.json()["detail"]
+    assert "the flows database is down" in answer.json()["detail"]
     assert ops.threads() == {"old-1", "old-2", "fresh"}
 
 

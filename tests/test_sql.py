@@ -8,19 +8,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sql_support import assert_rows_kept, blank_row, write_version_1_store
 
 import durability
 from durability import Checkpoint
 from durability._util import redact_url
 from durability.errors import (
-    CheckpointConflict,
     CheckpointStoreFormatError,
     ConfigError,
     StoreError,
     StoreUnavailable,
 )
 from durability.settings import Settings
-from durability.stores.rows import PAYLOAD_FIELDS
 from durability.stores.sql import SQLStore
 from durability.stores.sql.engine import enable_wal
 from durability.stores.sql.migrations import MIGRATIONS, migrate
@@ -28,7 +27,6 @@ from durability.stores.sql.schema import (
     checkpoint_key,
     checkpoint_table,
     meta_table,
-    migrations_table,
     thread_key,
     write_key,
     writes,
@@ -79,18 +77,16 @@ def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: P
             checkpoint_table(sa.MetaData(), outbox=True)
             .insert()
             .values(
-                tkey=thread_key("t"),
-                ckey=checkpoint_key("t", "", "c1"),
-                **dict.fromkeys(("thread_id", "namespace", "run_id", "runner", "node_id"), ""),
-                **dict.fromkeys(("step", "iteration", "created_at", "size_bytes"), 0),
-                **dict.fromkeys(PAYLOAD_FIELDS, "{}"),
-                checkpoint_id="c1",
-                status="completed",
-                project_id="",
-                synced=True,
-                attempts=0,
+                **blank_row(
+                    tkey=thread_key("t"),
+                    ckey=checkpoint_key("t", "", "c1"),
+                    thread_id="t",
+                    checkpoint_id="c1",
+                    status="completed",
+                    synced=True,
+                    attempts=0,
+                )
             )
-            .values(thread_id="t")
         )
         conn.execute(
             writes.insert().values(
@@ -109,11 +105,7 @@ def test_a_store_from_before_version_7_upgrades_to_thread_first_keys(tmp_path: P
         )
     engine.dispose()
     with open_sqlite(path) as store:
-        assert store.get("t", "c1") is not None
-        assert [w.value for w in store.writes("t", "c1")] == [1]
-        with pytest.raises(CheckpointConflict):
-            store.put(Checkpoint(thread_id="t", checkpoint_id="c1", node_id="other"))
-        assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
+        assert_rows_kept(store)
     with sqlite3.connect(path) as raw:
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"ix_durability_checkpoints_ids", "ix_durability_writes_key"} <= indexes
@@ -131,35 +123,7 @@ def test_outbox_migration_marks_existing_rows_synced(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:
-        migrations_table.create(conn)
-        MIGRATIONS[0][1](conn)
-        conn.execute(migrations_table.insert().values(version=1, name="base tables", applied_at=0))
-        conn.execute(meta_table.insert().values(key="format_generation", value="1"))
-        v1 = checkpoint_table(sa.MetaData(), outbox=False)
-        conn.execute(
-            v1.insert().values(
-                tkey="k",
-                ckey="c",
-                thread_id="old-thread",
-                namespace="",
-                checkpoint_id="old-1",
-                run_id="",
-                runner="",
-                node_id="n",
-                step=0,
-                status="completed",
-                iteration=0,
-                created_at=0,
-                project_id="",
-                state="{}",
-                node_input="{}",
-                node_output="{}",
-                iteration_counters="{}",
-                interrupt_context="{}",
-                metadata="{}",
-                size_bytes=12,
-            )
-        )
+        write_version_1_store(conn)
     engine.dispose()
     with open_sqlite(path) as store:
         store.put(Checkpoint(thread_id="new-thread"))

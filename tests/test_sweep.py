@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from durability import Checkpoint, PendingWrite, ThreadRecord
+from durability import Checkpoint, ThreadRecord
 from durability import metrics as sweep_metrics
 from durability.cli import cli
 from durability.clock import FrozenClock
@@ -44,6 +44,7 @@ from durability.sweep import (
     unregister_filter,
 )
 from durability.testing import StoreTarget
+from durability.testing.suite import write_for
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -94,18 +95,7 @@ def test_a_finished_thread_goes_its_finished_retention_after_its_mark_on_every_p
 ) -> None:
     """Marked at T0 with 7 days: kept until T0+7d, deleted whole from then on (memory and redis included)."""
     finished(store, "done", checkpoints=3)
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id="done",
-                checkpoint_id=store.history("done")[-1].checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-                value=1,
-            )
-        ]
-    )
+    store.put_writes([write_for(store.history("done")[-1])])
     clock.advance(7 * DAY - timedelta(seconds=1))
     assert actions(plan_sweep(store)) == {"done": ("finished", "not_due")}
     assert sweep(store).deleted_ids() == []

@@ -114,36 +114,6 @@ def test_thinning_a_postgres_langgraph_store_drops_blobs_no_kept_checkpoint_refe
     assert lg.resume_sync(saver, "waiting", "no")["decision"] == "no"
 
 
-@pytest.fixture
-def pg_langgraph() -> Any:
-    """A schema written by the real PostgresSaver (and its sidecar), dropped afterwards."""
-    import uuid
-
-    import sqlalchemy as sa
-    from conftest import need_service
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    pg = "postgresql://postgres@127.0.0.1:5432/test"
-    engine = sa.create_engine(pg.replace("postgresql://", "postgresql+psycopg://"))
-    try:
-        with engine.connect():
-            pass
-    except sa.exc.OperationalError:
-        need_service("PostgreSQL", "127.0.0.1:5432")
-    schema = f"lgthin_{uuid.uuid4().hex[:10]}"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    try:
-        with PostgresSaver.from_conn_string(f"{pg}?options=-csearch_path%3D{schema}") as saver:
-            saver.setup()
-            yield schema, saver
-    finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}_durability" CASCADE')
-        engine.dispose()
-
-
 def test_compact_gives_sqlite_space_back_and_needs_exclusive_access(tmp_path: Path) -> None:
     """After thinning, `store compact` shrinks the file; with a writer holding it, it refuses."""
     import json

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import runner_defs
 from conftest import REPLICATED_DEMO_END
@@ -34,6 +35,7 @@ from durability.widgets import (
     OutboxMonitor,
     RestorePanel,
     RetentionPlanner,
+    RowPicker,
     StoreExplorer,
 )
 
@@ -167,6 +169,49 @@ def test_explorer_shows_the_picked_thread_and_checkpoint(demo: Store) -> None:
     assert explorer.state_value == demo.get("conversation-1", oldest).state
     assert explorer.state_value != latest.state
     assert history  # the thread has a history to page through
+
+
+def test_selecting_a_row_shows_its_thread_in_the_explorer(demo: Store) -> None:
+    """The threads table, largest first: selecting a row shows that thread in the explorer;
+    the search, the sort and the pages change which rows the list offers."""
+    threads = frames.threads(demo)
+    picker = RowPicker(threads, sort="size_bytes", rows=5)
+    explorer = StoreExplorer(demo)
+    picker.drives(explorer)
+    assert css(picker.list) == ["durability-rows-list"]
+    largest = threads.sort_values("size_bytes", ascending=False, kind="stable")[
+        "thread_id"
+    ].tolist()
+    assert picker.selected is None, "nothing is selected until a row is"
+    assert [threads.loc[i, "thread_id"] for _, i in picker.list.options] == largest[:5]
+    assert picker.header.value.startswith("<pre>thread_id")
+    picker.select(1)  # what a click on the second row does
+    assert picker.selected is not None
+    assert picker.selected["thread_id"] == largest[1]
+    assert explorer.thread.value == largest[1]
+    assert explorer.frame["thread_id"].unique().tolist() == [largest[1]]
+
+    picker.next.click()
+    assert picker.page.number == 1
+    assert picker.list.value is None, "a new page selects nothing"
+    assert not picker.previous.disabled
+    picker.select(0)
+    assert explorer.thread.value == largest[5]
+
+    picker.search.value = "conversation-"
+    wanted = sorted(t for t in threads["thread_id"] if t.startswith("conversation-"))
+    assert picker.page.number == 0
+    assert picker.page.matches == len(wanted)
+    assert f"{len(wanted):,} of {len(threads):,} rows" in picker.counter.value
+    picker.sort.value = "thread_id"
+    picker.descending.value = False
+    assert [threads.loc[i, "thread_id"] for _, i in picker.list.options] == wanted[:5]
+    picker.select(2)
+    assert explorer.thread.value == wanted[2]
+    assert explorer.record is not None
+    assert explorer.record.thread_id == wanted[2]
+    picker.select(2)  # the same row again: the explorer shows it still
+    assert explorer.thread.value == wanted[2]
 
 
 def test_the_picker_pages_through_a_million_thread_ids(tmp_path: Path) -> None:
@@ -319,6 +364,27 @@ def test_restore_panel_plans_restores_then_resumes(
     assert (
         html.unescape(panel.status.value).count(f"forked {parked_on_plane!r} into {forked!r}") == 1
     )
+
+
+def test_selecting_a_lost_thread_plans_its_restore(
+    fresh: Store, plane: PlaneHandle, parked_on_plane: str
+) -> None:
+    """The table of threads the plane has and the store lacks drives the restore panel: a
+    selected row's thread is planned (a dry run), ready for Restore."""
+    panel = RestorePanel(fresh, link(fresh, plane), runner=runner_defs.approval)
+    lost = pd.DataFrame(
+        {"thread_id": ["nobody-has-this", parked_on_plane], "status": ["", "parked"]}
+    )
+    picker = RowPicker(lost)
+    picker.drives(panel)
+    picker.select(1)
+    assert panel.thread_id.value == parked_on_plane
+    assert panel.plan_frame["node_id"].tolist() == ["__start__", "draft", "approve"]
+    assert not panel.restore_button.disabled
+    assert not fresh.has_thread(parked_on_plane), "selecting plans; only Restore writes"
+    picker.select(0)
+    assert panel.thread_id.value == "nobody-has-this"
+    assert panel.restore_button.disabled
 
 
 def test_restore_panel_shows_refusals_and_writes_nothing(fresh: Store, plane: PlaneHandle) -> None:

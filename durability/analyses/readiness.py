@@ -33,12 +33,74 @@ class _Thread:
     lost_bytes: int = 0
     why: str | None = None
 
+    @property
+    def lost(self) -> int:
+        return self.checkpoints - self.restorable
+
+    @property
+    def answer(self) -> str:
+        """One of :data:`RESTORABLE`."""
+        if self.lost == 0:
+            return "everything"
+        return "nothing" if self.restorable == 0 else "partly"
+
 
 def _why(synced: object, error: object) -> str | None:
     """``None`` for a row the plane holds, else why it does not."""
     if error:
         return f"quarantined: {error}"
     return None if synced else "pending: not sent to the plane yet"
+
+
+def _first_missing(store: Store) -> dict[str, tuple[int, str]]:
+    """Each thread's first row the plane lacks, as ``(seq, why)``.
+
+    Rows do not come in write order on every provider, so this is a pass of its own before
+    :func:`_tally` counts what comes before and after it.
+    """
+    first_missing: dict[str, tuple[int, str]] = {}
+    names = ("thread_id", "seq", "synced", "sync_error")
+    for chunk in header_chunks(store, names):
+        for thread_id, seq, synced, error in zip(*(chunk[n] for n in names), strict=True):
+            why = _why(synced, error)
+            if why is not None and (seq, why) < first_missing.get(thread_id, (seq + 1, "")):
+                first_missing[thread_id] = (seq, why)
+    return first_missing
+
+
+def _tally(store: Store, first_missing: dict[str, tuple[int, str]]) -> dict[str, _Thread]:
+    """Each thread's checkpoints split into the restorable ones and the lost bytes."""
+    replicates = store.replicates
+    threads: dict[str, _Thread] = {}
+    names = ("thread_id", "seq", "checkpoint_id", "size_bytes")
+    for chunk in header_chunks(store, names):
+        for thread_id, seq, checkpoint_id, size in zip(*(chunk[n] for n in names), strict=True):
+            t = threads.setdefault(thread_id, _Thread())
+            t.checkpoints += 1
+            missing, why = first_missing.get(thread_id, (None, None))
+            t.why = why if replicates else NEVER_CONNECTED
+            if replicates and (missing is None or seq < missing):
+                t.restorable += 1
+                if t.up_to_seq is None or seq > t.up_to_seq:
+                    t.up_to_seq, t.up_to_checkpoint = seq, checkpoint_id
+            else:
+                t.lost_bytes += int(size or 0)
+    return threads
+
+
+def _row(thread_id: str, owner: object, t: _Thread) -> dict[str, object]:
+    return {
+        "thread_id": thread_id,
+        "owner": owner,
+        "restorable": t.answer,
+        "checkpoints": t.checkpoints,
+        "restorable_checkpoints": t.restorable,
+        "up_to_seq": t.up_to_seq,
+        "up_to_checkpoint": t.up_to_checkpoint,
+        "lost_checkpoints": t.lost,
+        "lost_bytes": t.lost_bytes,
+        "why": t.why,
+    }
 
 
 def readiness(store: Store) -> pd.DataFrame:
@@ -50,61 +112,17 @@ def readiness(store: Store) -> pd.DataFrame:
     first missing row's reason (``pending: …``, ``quarantined: <the plane's reason>``) or that
     the store was never connected (then every thread is ``nothing``).
     """
-    replicates = store.replicates
-    # Rows do not come in write order on every provider: a first pass finds each thread's
-    # first missing row, a second counts what comes before and after it.
-    first_missing: dict[str, tuple[int, str]] = {}
-    names = ("thread_id", "seq", "synced", "sync_error")
-    for chunk in header_chunks(store, names) if replicates else ():
-        for thread_id, seq, synced, error in zip(*(chunk[n] for n in names), strict=True):
-            why = _why(synced, error)
-            if why is not None and (seq, why) < first_missing.get(thread_id, (seq + 1, "")):
-                first_missing[thread_id] = (seq, why)
-    threads: dict[str, _Thread] = {}
-    names = ("thread_id", "seq", "checkpoint_id", "size_bytes")
-    for chunk in header_chunks(store, names):
-        for thread_id, seq, checkpoint_id, size in zip(*(chunk[n] for n in names), strict=True):
-            t = threads.setdefault(thread_id, _Thread())
-            t.checkpoints += 1
-            missing, why = first_missing.get(thread_id, (None, None))
-            t.why = why
-            if replicates and (missing is None or seq < missing):
-                t.restorable += 1
-                if t.up_to_seq is None or seq > t.up_to_seq:
-                    t.up_to_seq, t.up_to_checkpoint = seq, checkpoint_id
-            else:
-                t.lost_bytes += int(size or 0)
+    threads = _tally(store, _first_missing(store) if store.replicates else {})
     owners = {
         tid: owner
         for chunk in thread_chunks(store, ("thread_id", "owner"))
         for tid, owner in zip(chunk["thread_id"], chunk["owner"], strict=True)
     }
-    rows = []
-    for thread_id, t in threads.items():
-        lost = t.checkpoints - t.restorable
-        answer = "everything" if lost == 0 else ("nothing" if t.restorable == 0 else "partly")
-        rows.append(
-            {
-                "thread_id": thread_id,
-                "owner": owners.get(thread_id),
-                "restorable": answer,
-                "checkpoints": t.checkpoints,
-                "restorable_checkpoints": t.restorable,
-                "up_to_seq": t.up_to_seq,
-                "up_to_checkpoint": t.up_to_checkpoint,
-                "lost_checkpoints": lost,
-                "lost_bytes": t.lost_bytes,
-                "why": t.why if replicates else NEVER_CONNECTED,
-            }
-        )
-    rows.sort(
-        key=lambda r: (
-            -RESTORABLE.index(str(r["restorable"])),
-            -int(r["lost_bytes"] or 0),
-            str(r["thread_id"]),
-        )
+    worst_first = sorted(
+        threads.items(),
+        key=lambda item: (-RESTORABLE.index(item[1].answer), -item[1].lost_bytes, item[0]),
     )
-    frame = frame_of(rows, "readiness")
+    frame = frame_of([_row(tid, owners.get(tid), t) for tid, t in worst_first], "readiness")
     frame["restorable"] = pd.Categorical(frame["restorable"], categories=RESTORABLE)
     return frame
 

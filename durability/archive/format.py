@@ -24,8 +24,9 @@ import gzip
 import io
 import json
 import os
+import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ SUFFIX = ".jsonl.gz"
 _CHECKPOINT_FIELDS = [f.name for f in fields(EncodedCheckpoint) if f.name != "seq"]
 _WRITE_FIELDS = [f.name for f in fields(EncodedWrite)]
 _LEDGER_TIMES = ("started_at", "finished_at", "due_at")
+#: Compressed bytes read at a time while scanning an archive file.
+_BLOCK = 1 << 20
 
 
 class ArchiveWriter:
@@ -137,29 +140,69 @@ def archive_files(directory: Path) -> list[Path]:
     return sorted(directory.glob(f"*{SUFFIX}"))
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One complete gzip member of an archive file: where it is, and the ``seq`` its first
+    checkpoint gets (checkpoints are numbered in the order read, across the directory)."""
+
+    path: Path
+    offset: int
+    length: int
+    first_seq: int
+
+
 def read_archive(
     directory: str | Path,
 ) -> Iterator[ThreadRecord | EncodedCheckpoint | EncodedWrite]:
-    """Every record of every archive file in ``directory``, in the order written.
-
-    A member cut short at the end of a file (a sweep killed while writing it, before that
-    batch was deleted) ends that file's reading.
-    """
+    """Every record of every archive file in ``directory``, in the order written, one member in
+    memory at a time (a member cut short at the end of a file ends that file's reading)."""
     for path in archive_files(Path(directory)):
-        yield from _read_file(path)
+        for _offset, _length, data in scan_members(path):
+            yield from parse_member(path, data)
 
 
-def _read_file(path: Path) -> Iterator[ThreadRecord | EncodedCheckpoint | EncodedWrite]:
-    with gzip.open(path, "rb") as stream:
-        try:
-            for raw in stream:
-                if not raw.endswith(b"\n"):
-                    return  # a line cut short: the batch it started was never deleted
-                item = _parse(json.loads(raw), path)
-                if item is not None:
-                    yield item
-        except (EOFError, gzip.BadGzipFile):
-            return
+def scan_members(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """The complete members of one archive file, in order: offset, length, decompressed text.
+
+    Only one member is held at a time. A member cut short (a sweep killed while writing it,
+    before that batch was deleted) and anything after it is not read."""
+    offset = 0
+    with path.open("rb") as raw:
+        pending = b""
+        while True:
+            inflate = zlib.decompressobj(wbits=31)
+            parts: list[bytes] = []
+            consumed = 0
+            while not inflate.eof:
+                block = pending or raw.read(_BLOCK)
+                pending = b""
+                if not block:
+                    return  # the end of the file, inside a member (or after the last one)
+                try:
+                    parts.append(inflate.decompress(block))
+                except zlib.error:
+                    return  # a damaged tail: never deleted, not read
+                consumed += len(block) - len(inflate.unused_data)
+            pending = inflate.unused_data
+            yield offset, consumed, b"".join(parts)
+            offset += consumed
+
+
+def read_member(member: Member) -> bytes:
+    """One member's decompressed text (its place came from :func:`scan_members`)."""
+    with member.path.open("rb") as raw:
+        raw.seek(member.offset)
+        return zlib.decompress(raw.read(member.length), wbits=31)
+
+
+def parse_member(
+    path: Path, data: bytes
+) -> Iterator[ThreadRecord | EncodedCheckpoint | EncodedWrite]:
+    """The records of one member's text, the header checked."""
+    for raw in data.splitlines():
+        item = _parse(json.loads(raw), path)
+        if item is not None:
+            yield item
 
 
 def _parse(

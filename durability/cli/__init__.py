@@ -1,6 +1,6 @@
 """The ``durability`` command line: ``durability <noun> <verb>``.
 
-Each noun lives in its own module and registers its group or command below. Every command has
+Each noun lives in its own module; its group or command is added below. Every command has
 ``--help``; commands whose output is data take ``--json``.
 """
 
@@ -38,23 +38,24 @@ def cli() -> None:
     """
 
 
-for module in (
-    demo,
-    lab,
-    report,
-    store,
-    threads,
-    copy,
-    runs,
-    restore,
-    outbox,
-    plane,
-    sweep,
-    ops,
-    keys,
-    doctor,
+for command in (
+    demo.demo,
+    lab.lab,
+    report.report,
+    store.store,
+    threads.threads,
+    copy.copy,
+    runs.runs,
+    runs.resume,
+    restore.restore,
+    outbox.outbox,
+    plane.plane,
+    sweep.sweep,
+    ops.serve_ops,
+    keys.keys,
+    doctor.doctor,
 ):
-    module.register(cli)
+    cli.add_command(command)
 
 
 def main() -> None:

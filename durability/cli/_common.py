@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -17,6 +18,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 url_argument = click.argument("url", envvar="DURABILITY_URL", metavar="URL")
+
+
+def out_option(default: str, what: str) -> Callable[[F], F]:
+    """``--out``: the folder a command writes into, as a :class:`Path`; ``what`` is its help."""
+    return click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path(default),
+        show_default=True,
+        help=what,
+    )
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]

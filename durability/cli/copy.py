@@ -11,11 +11,6 @@ import click
 from durability.cli._common import friendly_errors, json_option, print_json, print_table
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``copy`` command."""
-    cli.add_command(copy)
-
-
 def _parse_since(
     _ctx: click.Context, _param: click.Parameter, value: str | None
 ) -> datetime | None:
@@ -39,6 +34,11 @@ def _parse_since(
 @click.option("--since", callback=_parse_since, help="Threads written on or after this date.")
 @click.option("--owner", default=None, help="Threads whose ledger names this owner.")
 @click.option("--rename", default=None, help="Copy under new ids, e.g. '{thread_id}-copy'.")
+@click.option(
+    "--lossy",
+    is_flag=True,
+    help="Into a LangGraph store: drop what its tables have no place for (the plan names it).",
+)
 @click.option("--dry-run", is_flag=True, help="Show the plan; copy nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask before copying.")
 @json_option
@@ -49,6 +49,7 @@ def copy(
     since: datetime | None,
     owner: str | None,
     rename: str | None,
+    lossy: bool,
     dry_run: bool,
     yes: bool,
     as_json: bool,
@@ -56,9 +57,11 @@ def copy(
     """Copy threads from the store SRC into the durability store DST, ids and order kept.
 
     SRC is any store URL (durability, langgraph+…, fastaiagent+…, archive:///DIR); DST a
-    durability store. The plan is shown first: per thread copy, resume (an earlier copy was
-    cut short), skip (already copied) or refuse (DST holds other checkpoints under that id:
-    nothing is copied unless --rename). Run it again after a kill to finish the copy.
+    durability store, or a LangGraph store opened ?writable=true (written through LangGraph's
+    own saver). The plan is shown first: per thread copy, resume (an earlier copy was cut
+    short), skip (already copied) or refuse (DST holds other checkpoints under that id: nothing
+    is copied unless --rename; or LangGraph's tables have no place for part of the thread:
+    nothing is copied unless --lossy drops it). Run it again after a kill to finish the copy.
     """
     import durability
     from durability.transfer import copy as run_copy
@@ -69,6 +72,7 @@ def copy(
         "since": since,
         "owner": owner,
         "rename": rename,
+        "lossy": lossy,
     }
     with friendly_errors(), durability.open(source) as src, durability.open(destination) as dst:
         plan = plan_copy(src, dst, **options)

@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from durability.cli._common import friendly_errors, json_option, print_json, print_table
+from durability.cli._common import friendly_errors, json_option, out_option, print_json, print_table
+
+if TYPE_CHECKING:
+    from durability.demo import Fleet
+    from durability.stores.base import Store
 
 #: The demo's defaults: about three months of history, a few thousand conversations.
 DAYS = 90.0
 THREADS = 2000
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``demo`` command."""
-    cli.add_command(demo)
-
-
 @click.command()
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("durability-out"),
-    show_default=True,
-    help="Folder for the demo stores, the plane's database, executed notebooks and charts.",
+@out_option(
+    "durability-out",
+    "Folder for the demo stores, the plane's database, executed notebooks and charts.",
 )
 @click.option(
     "--notebooks/--no-notebooks",
@@ -63,8 +60,6 @@ def demo(out: Path, notebooks: bool, days: float, threads: int, as_json: bool) -
     import durability
     from durability import bundle
     from durability.demo import build_fleet, run_notebooks
-    from durability.replication import outbox_status
-    from durability.runs import list_runs
 
     with friendly_errors():  # a copy installed without its notebooks fails before the fleet
         for name in bundle.NOTEBOOK_NAMES if notebooks else ():
@@ -78,19 +73,33 @@ def demo(out: Path, notebooks: bool, days: float, threads: int, as_json: bool) -
         build_fleet(out, days=days, threads=threads, progress=progress) as fleet,
     ):
         with durability.open(fleet.store_url) as store:
-            records = list(store.iter_threads())
-            statuses = Counter(r.status for r in list_runs(store))
-            (status,) = outbox_status(store)
+            summary = _summary(store, fleet)
         if notebooks:
             progress("executing the notebooks on the demo (headless)")
         executed = run_notebooks(fleet) if notebooks else []
-    summary = {
+    summary["notebooks"] = [{"path": str(e.path), "seconds": round(e.seconds, 1)} for e in executed]
+    summary["charts"] = sorted(str(p) for p in (out / "charts").glob("*.png"))
+    if as_json:
+        print_json(summary)
+        return
+    _print_summary(summary, fleet, out)
+
+
+def _summary(store: Store, fleet: Fleet) -> dict[str, Any]:
+    """What the demo built, JSON-ready: the stores, threads, runs by status, the outbox."""
+    from durability.replication import outbox_status
+    from durability.runs import list_runs
+
+    records = list(store.iter_threads())
+    statuses = Counter(r.status for r in list_runs(store))
+    (status,) = outbox_status(store)
+    return {
         "url": fleet.store_url,
         "edge_url": fleet.edge_url,
         "threads": len(records),
         "checkpoints": sum(r.checkpoints for r in records),
         "parks": statuses.get("parked", 0),
-        "runs": dict(statuses),
+        "runs": dict(sorted(statuses.items())),
         "outbox": {
             "pending": status.pending,
             "synced": status.synced,
@@ -98,27 +107,28 @@ def demo(out: Path, notebooks: bool, days: float, threads: int, as_json: bool) -
         },
         "lost_threads": fleet.lost_threads,
         "restored_thread": fleet.restored_thread,
-        "notebooks": [{"path": str(e.path), "seconds": round(e.seconds, 1)} for e in executed],
-        "charts": sorted(str(p) for p in (out / "charts").glob("*.png")),
     }
-    if as_json:
-        print_json(summary)
-        return
+
+
+def _print_summary(summary: dict[str, Any], fleet: Fleet, out: Path) -> None:
+    """The summary for people, and where to look next."""
+    outbox = summary["outbox"]
     click.echo(f"demo store: {fleet.store_url}  ({fleet.start:%Y-%m-%d} to {fleet.end:%Y-%m-%d})")
     click.echo(
         f"{summary['threads']} threads, {summary['checkpoints']} checkpoints; runs: "
-        + ", ".join(f"{count} {s}" for s, count in sorted(statuses.items()))
+        + ", ".join(f"{count} {s}" for s, count in summary["runs"].items())
     )
     click.echo(
-        f"replicated to the plane ({fleet.plane.db_url}): {status.synced} synced, "
-        f"{status.quarantined} quarantined (refused by the plane), {status.pending} pending"
+        f"replicated to the plane ({fleet.plane.db_url}): {outbox['synced']} synced, "
+        f"{outbox['quarantined']} quarantined (refused by the plane), {outbox['pending']} pending"
     )
     click.echo(
         f"edge store lost and restored: {fleet.edge_url} — {fleet.restored_thread} restored and "
         f"resumed; {len(fleet.lost_threads)} threads still only on the plane"
     )
-    if executed:
-        print_table(["notebook", "seconds"], [(e.path.name, f"{e.seconds:.1f}") for e in executed])
+    if summary["notebooks"]:
+        rows = [(Path(e["path"]).name, f"{e['seconds']:.1f}") for e in summary["notebooks"]]
+        print_table(["notebook", "seconds"], rows)
         click.echo(f"executed notebooks: {(out / 'notebooks').resolve()}")
         click.echo(f"charts: {(out / 'charts').resolve()}")
     click.echo(f"open the notebooks in JupyterLab: durability lab --out {out}")

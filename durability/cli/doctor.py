@@ -20,11 +20,6 @@ from durability.cli._common import (
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``doctor`` command."""
-    cli.add_command(doctor)
-
-
 @click.command()
 @url_argument
 @click.option(
@@ -61,13 +56,14 @@ def doctor(
     """Check that the store at URL is whole; exit 1 if anything is broken.
 
     Reads only. Findings of severity info (the sweep's pending work: marks past due, parks
-    past their deadline) are listed but do not make the store broken. Each problem names its check, its severity (error, warning, info), the
-    thread, how many rows, what is wrong and the command that fixes it. The checks and what
+    past their deadline) are listed but do not make the store broken. Each problem names its
+    check, its severity (error, warning, info), the thread, how many rows, what is wrong and
+    the command that fixes it. The checks and what
     each means are listed in the guide (docs/guides/doctor.md).
 
     --fix makes only the safe repairs: release leases of ended runs, rebuild the Redis
-    indexes, drop SQL outbox records whose checkpoint is gone, re-queue rows the plane lacks
-    (with --plane, SQL), and — after asking, or with --yes — drop pending writes whose
+    indexes, drop outbox records whose checkpoint is gone, re-queue rows the plane lacks
+    (with --plane), and — after asking, or with --yes — drop pending writes whose
     checkpoint is gone.
     It prints the plan first and checks the store again afterwards.
 

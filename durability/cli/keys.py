@@ -8,11 +8,6 @@ from durability.cli._common import friendly_errors
 from durability.crypto.keyring import ENV_KEYS, new_key_line
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``keys`` group."""
-    cli.add_command(keys)
-
-
 @click.group()
 def keys() -> None:
     """Make the customer keys that encrypt checkpoint state."""

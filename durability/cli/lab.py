@@ -12,12 +12,7 @@ from typing import Any
 
 import click
 
-from durability.cli._common import ENV_PLANE_KEY, ENV_PLANE_URL, friendly_errors
-
-
-def register(cli: click.Group) -> None:
-    """Add the ``lab`` command."""
-    cli.add_command(lab)
+from durability.cli._common import ENV_PLANE_KEY, ENV_PLANE_URL, friendly_errors, out_option
 
 
 @click.command()
@@ -28,12 +23,9 @@ def register(cli: click.Group) -> None:
     metavar="URL",
     help="The store the notebooks open (default: the demo store in OUT).",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("durability-out"),
-    show_default=True,
-    help="The demo folder: the notebooks are copied to OUT/lab, charts go to OUT/charts.",
+@out_option(
+    "durability-out",
+    "The demo folder: the notebooks are copied to OUT/lab, charts go to OUT/charts.",
 )
 @click.option("--port", type=int, default=8888, show_default=True, help="JupyterLab's port.")
 @click.option("--no-browser", is_flag=True, help="Do not open a browser (print the URL only).")

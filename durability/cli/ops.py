@@ -10,11 +10,6 @@ import click
 from durability.cli._common import friendly_errors, listen_options, open_store, url_argument
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``serve-ops`` command."""
-    cli.add_command(serve_ops)
-
-
 @click.command("serve-ops")
 @url_argument
 @listen_options(8470)

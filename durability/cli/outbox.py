@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from durability.replication.status import ProjectOutbox
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``outbox`` group."""
-    cli.add_command(outbox)
-
-
 @click.group()
 def outbox() -> None:
     """Show and manage a store's replication outbox."""

@@ -19,11 +19,6 @@ db_option = click.option(
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``plane`` group."""
-    cli.add_command(plane)
-
-
 @click.group()
 def plane() -> None:
     """Run the reference checkpoint plane and manage its API keys and entitlements."""

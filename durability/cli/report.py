@@ -11,24 +11,14 @@ from durability.cli._common import (
     ENV_PLANE_URL,
     friendly_errors,
     open_store,
+    out_option,
     url_argument,
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``report`` command."""
-    cli.add_command(report)
-
-
 @click.command()
 @url_argument
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("durability-out/report"),
-    show_default=True,
-    help="Folder for index.html and its charts (PNG).",
-)
+@out_option("durability-out/report", "Folder for index.html and its charts (PNG).")
 @click.option("--now", default=None, help="The sweep's 'now' (ISO 8601); default: now.")
 @click.option(
     "--proposed-waiting",

@@ -20,11 +20,6 @@ from durability.cli._common import (
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``restore`` command."""
-    cli.add_command(restore)
-
-
 @click.command()
 @url_argument
 @click.argument("thread_id", metavar="THREAD")

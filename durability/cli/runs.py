@@ -27,12 +27,6 @@ if TYPE_CHECKING:
     from durability.stores.base import Store
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``runs`` and ``resume`` commands."""
-    cli.add_command(runs)
-    cli.add_command(resume)
-
-
 @click.command()
 @url_argument
 @json_option

@@ -15,11 +15,6 @@ from durability.cli._common import (
 )
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``store`` group."""
-    cli.add_command(store)
-
-
 @click.group()
 def store() -> None:
     """Manage a checkpoint store as a whole."""

@@ -19,11 +19,6 @@ from durability.cli._common import (
 from durability.humanize import format_bytes
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``sweep`` command."""
-    cli.add_command(sweep)
-
-
 def _parse_now(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
     from durability.clock import parse_aware
 

@@ -25,11 +25,6 @@ if TYPE_CHECKING:
     from durability.model import Checkpoint, Park, ThreadRecord
 
 
-def register(cli: click.Group) -> None:
-    """Add the ``threads`` group."""
-    cli.add_command(threads)
-
-
 @click.group()
 def threads() -> None:
     """List, show, delete, mark, erase and reopen checkpoint threads."""

@@ -183,7 +183,8 @@ def build_fleet(
        :func:`build_demo` over ``days`` days (default :data:`DEMO_DAYS`) ending at ``end``
        (default: now, to the hour), with ``threads`` background conversations
        (:class:`~durability.demo.traffic.Traffic`: weekly seasons, bursts, heavy-tailed sizes,
-       idle gaps from hours to weeks, a few multi-MiB attachments the plane refuses), drained to the plane every :data:`DRAIN_EVERY` of its clock, except during the
+       idle gaps from hours to weeks, a few multi-MiB attachments the plane refuses), drained
+       to the plane every :data:`DRAIN_EVERY` of its clock, except during the
        :data:`MAINTENANCE` window (503) and after the last drain, :data:`LAST_DRAIN_BEFORE_END`
        before the end. The ingest runs' rows exceed the plane's state cap: the plane refuses
        them and they are quarantined with its reason.
@@ -192,7 +193,6 @@ def build_fleet(
        the failed run is restored from the plane (plan, then apply) and resumed to completion.
        Its other threads stay on the plane only, for ``restore_runs.ipynb`` to bring back.
     """
-    import durability
     from durability import replication
 
     out.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,6 @@ def build_fleet(
         _remove_sqlite(out / name)
     end = end or datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)
-    traffic = Traffic(start, days, threads)
     say = progress or (lambda _: None)
     say(
         f"building {days:g} days of the fleet ({start:%Y-%m-%d} to {end:%Y-%m-%d}) with "
@@ -210,47 +209,65 @@ def build_fleet(
     edge_path = (out / PROJECTS["edge"]).resolve()
     edge_url = f"sqlite:///{edge_path}"
     limits = replication.PlaneLimits()  # the documented 1 MiB: the workers' configuration
-    drains = {"passes": 0, "refused": 0}
 
     with _quiet_runs(), serve_demo_plane(out) as plane:
-        clock = FrozenClock(start)
-        with durability.open(store_url, clock=clock, single_worker=True) as store:
-            conn = replication.connect(
-                store, plane.url, plane.keys["main"], background=False, limits=limits
-            )
-            cutoff = end - LAST_DRAIN_BEFORE_END
-            down = (start + timedelta(days=MAINTENANCE[0]), start + timedelta(days=MAINTENANCE[1]))
-
-            def drain(now: datetime) -> None:
-                traffic.write_until(store, now)
-                if now.hour < DRAIN_EVERY.total_seconds() // 3600 and (now - start).days % 10 == 0:
-                    say(
-                        f"day {(now - start).days:>3}/{days:g}: {traffic.written:,} conversation turns"
-                    )
-                if not conn.active:
-                    return
-                plane.maintenance.down = down[0] <= now < down[1]
-                report = replication.drain_once(conn)
-                drains["passes"] += 1
-                drains["refused"] += bool(report.buffered)
-                if now + DRAIN_EVERY > cutoff:
-                    conn.close()  # the worker is redeployed: this was its last drain
-
-            build_demo(store, clock, start=start, days=days, on_tick=drain)
-            traffic.write_until(store, end)
-            plane.maintenance.down = False
-            if conn.active:
-                conn.close()
-            clock.set(end)
-            # The deployment's worker keeps the store connected; the record says it replicates.
-            store.record_connection("", plane.url)
-
+        traffic = Traffic(start, days, threads)
+        drains = _build_main(store_url, plane, traffic, (start, end), limits, say)
         say("the edge worker's store is lost and restored from the plane")
         lost, restored = _lose_and_restore_edge(edge_url, edge_path, plane, end, limits)
         foreign = langgraph_store(out / "langgraph.db")
         fleet = Fleet(out, store_url, edge_url, plane, start, end, lost, restored, drains, foreign)
         (out / MANIFEST).write_text(json.dumps(fleet.manifest(), indent=2) + "\n")
         yield fleet
+
+
+def _build_main(
+    store_url: str,
+    plane: DemoPlane,
+    traffic: Traffic,
+    span: tuple[datetime, datetime],
+    limits: Any,
+    say: Callable[[str], None],
+) -> dict[str, int]:
+    """The deployment's store: the scripted fleet and the background traffic, drained to the
+    plane every :data:`DRAIN_EVERY` but in the maintenance window and after the last drain.
+    Returns the drain passes made and how many of them the plane refused something in."""
+    import durability
+    from durability import replication
+
+    start, end = span
+    days = (end - start) / timedelta(days=1)
+    cutoff = end - LAST_DRAIN_BEFORE_END
+    down = (start + timedelta(days=MAINTENANCE[0]), start + timedelta(days=MAINTENANCE[1]))
+    drains = {"passes": 0, "refused": 0}
+    clock = FrozenClock(start)
+    with durability.open(store_url, clock=clock, single_worker=True) as store:
+        conn = replication.connect(
+            store, plane.url, plane.keys["main"], background=False, limits=limits
+        )
+
+        def drain(now: datetime) -> None:
+            traffic.write_until(store, now)
+            if now.hour < DRAIN_EVERY.total_seconds() // 3600 and (now - start).days % 10 == 0:
+                say(f"day {(now - start).days:>3}/{days:g}: {traffic.written:,} conversation turns")
+            if not conn.active:
+                return
+            plane.maintenance.down = down[0] <= now < down[1]
+            report = replication.drain_once(conn)
+            drains["passes"] += 1
+            drains["refused"] += bool(report.buffered)
+            if now + DRAIN_EVERY > cutoff:
+                conn.close()  # the worker is redeployed: this was its last drain
+
+        build_demo(store, clock, start=start, days=days, on_tick=drain)
+        traffic.write_until(store, end)
+        plane.maintenance.down = False
+        if conn.active:
+            conn.close()
+        clock.set(end)
+        # The deployment's worker keeps the store connected; the record says it replicates.
+        store.record_connection("", plane.url)
+    return drains
 
 
 def edge_runs(store: Store, clock: FrozenClock, end: datetime) -> dict[str, str]:

@@ -79,93 +79,119 @@ def build_demo(
     store that can hold them (``single_worker=True`` on SQLite); on one that cannot, those runs
     fail with the park's refusal, which is what a real deployment would see.
     """
-    rng = random.Random(seed)
-    stopping: list[RunControl] = []  # the control of a run an operator stops at its draft
+    history = _History(store, clock, start + timedelta(days=days), random.Random(seed))
+    history.schedule(start, days, on_tick)
+    history.play()
 
-    def pace(ctx: RunContext) -> None:
-        clock.advance(timedelta(seconds=rng.randint(5, 90)))
-        if stopping and ctx.step == "draft":
-            stopping.pop().stop()
 
-    outage: set[str] = set()  # topics whose review fails: the review service is down for them
-    publisher = publish_runner(pace, lambda s: s["topic"] in outage)
-    talker = assistant_runner(pace)
-    flow = support_flow(pace)
-    ingester = ingest_runner(pace)
-    end = start + timedelta(days=days)
-    events: list[Event] = []
+class _History:
+    """The demo's schedule of events and the runners they drive, on the store's clock."""
 
-    def at(when: datetime, action: Callable[[], object]) -> None:
-        if when < end:
-            events.append((when, len(events), action))
+    def __init__(self, store: Store, clock: FrozenClock, end: datetime, rng: random.Random) -> None:
+        self.store, self.clock, self.end, self.rng = store, clock, end, rng
+        self.events: list[Event] = []
+        self.stopping: list[RunControl] = []  # the control of a run an operator stops at its draft
+        self.outage: set[str] = set()  # topics whose review fails: the review service is down
+        self.conversations: dict[str, list[dict[str, str]]] = {}
+        self.publisher = publish_runner(self.pace, lambda s: s["topic"] in self.outage)
+        self.talker = assistant_runner(self.pace)
+        self.flow = support_flow(self.pace)
+        self.ingester = ingest_runner(self.pace)
 
-    def publish_run(n: int) -> Callable[[], None]:
+    def pace(self, ctx: RunContext) -> None:
+        """A step takes seconds of the fleet's clock; a run an operator stops stops at its draft."""
+        self.clock.advance(timedelta(seconds=self.rng.randint(5, 90)))
+        if self.stopping and ctx.step == "draft":
+            self.stopping.pop().stop()
+
+    def at(self, when: datetime, action: Callable[[], object]) -> None:
+        """Schedule ``action`` at ``when`` (dropped when past the fleet's end)."""
+        if when < self.end:
+            self.events.append((when, len(self.events), action))
+
+    def schedule(
+        self, start: datetime, days: float, on_tick: Callable[[datetime], None] | None
+    ) -> None:
+        """Every run, turn, session, ingest and tick of the fleet, at its time."""
+        for n in range(int(days * 24 // 36)):
+            self.at(start + timedelta(hours=36 * n), self.publish_run(n))
+        for n, turns in enumerate(CONVERSATIONS):
+            for day in turns:
+                self.at(start + timedelta(days=day, hours=n), self.turn(f"conversation-{n}"))
+        for n, (day, restarts) in enumerate(SUPPORT_SESSIONS):
+            for attempt in range(restarts + 1):  # a restarted session runs again hours later
+                self.at(start + timedelta(days=day, hours=1 + attempt * 3), self.session(n))
+        for n, day in enumerate(INGESTS):
+            self.at(start + timedelta(days=day, hours=2), self.ingest(n))
+        if on_tick is not None:
+            tick = start + DRAIN_EVERY
+            while tick < self.end:
+                self.at(tick, (lambda when: lambda: on_tick(when))(tick))
+                tick += DRAIN_EVERY
+
+    def play(self) -> None:
+        """Run the events in time order (an event may schedule later ones)."""
+        while self.events:
+            self.events.sort(key=lambda e: (e[0], e[1]))
+            when, _, action = self.events.pop(0)
+            self.clock.set(max(when, self.clock()))
+            action()
+
+    def publish_run(self, n: int) -> Callable[[], None]:
+        """The ``n``-th publishing run, doing what :data:`PUBLISH_KINDS` says."""
         kind = PUBLISH_KINDS[n % len(PUBLISH_KINDS)]
         topic = f"topic {n}"
 
         def run() -> None:
             control = RunControl()
             if kind == "stopped":
-                stopping.append(control)
+                self.stopping.append(control)
             if kind.startswith("failed"):
-                outage.add(topic)
-            result = publisher.start(
-                store,
+                self.outage.add(topic)
+            result = self.publisher.start(
+                self.store,
                 {"topic": topic, "needs_approval": kind.startswith("parked")},
                 control=control,
             )
+            later = self.clock()
             if kind == "failed, resumed":  # the review service is back: resume the failed run
-                at(clock() + timedelta(hours=2), lambda: resume_fixed(result.thread_id, topic))
+                self.at(
+                    later + timedelta(hours=2), lambda: self.resume_fixed(result.thread_id, topic)
+                )
             elif kind == "parked, aborted" and result.park is not None:
                 # nobody answered: an operator aborts the run
-                at(
-                    clock() + timedelta(days=1),
-                    lambda: publisher.stop(store, result.thread_id, abort=True),
+                self.at(
+                    later + timedelta(days=1),
+                    lambda: self.publisher.stop(self.store, result.thread_id, abort=True),
                 )
 
         return run
 
-    def resume_fixed(thread_id: str, topic: str) -> None:
-        outage.discard(topic)
-        publisher.resume(store, thread_id)
+    def resume_fixed(self, thread_id: str, topic: str) -> None:
+        """The review service answers that topic again: resume its failed run."""
+        self.outage.discard(topic)
+        self.publisher.resume(self.store, thread_id)
 
-    conversations: dict[str, list[dict[str, str]]] = {}
+    def turn(self, thread_id: str) -> Callable[[], None]:
+        """A turn of the conversation: the user asks, the assistant's run replies."""
 
-    def turn(thread_id: str) -> Callable[[], None]:
         def run() -> None:
-            messages = conversations.setdefault(thread_id, [])
+            messages = self.conversations.setdefault(thread_id, [])
             asked = [*messages, {"role": "user", "content": f"question {len(messages) // 2}"}]
-            result = talker.start(
-                store, {"messages": asked}, thread_id=thread_id, owner="conversations"
+            result = self.talker.start(
+                self.store, {"messages": asked}, thread_id=thread_id, owner="conversations"
             )
-            conversations[thread_id] = result.state["messages"]
+            self.conversations[thread_id] = result.state["messages"]
 
         return run
 
-    def session(n: int) -> Callable[[], object]:
+    def session(self, n: int) -> Callable[[], object]:
+        """The ``n``-th support session (a run of the flow on its session thread)."""
         ticket = "refund please" if n % 2 else "password reset"
-        return lambda: flow.start(store, {"ticket": ticket}, thread_id=f"support-session-{n}")
+        return lambda: self.flow.start(
+            self.store, {"ticket": ticket}, thread_id=f"support-session-{n}"
+        )
 
-    def ingest(n: int) -> Callable[[], object]:
-        return lambda: ingester.start(store, {"source": f"report-{n}.pdf"})
-
-    for n in range(int(days * 24 // 36)):
-        at(start + timedelta(hours=36 * n), publish_run(n))
-    for n, turns in enumerate(CONVERSATIONS):
-        for day in turns:
-            at(start + timedelta(days=day, hours=n), turn(f"conversation-{n}"))
-    for n, (day, restarts) in enumerate(SUPPORT_SESSIONS):
-        for attempt in range(restarts + 1):  # a restarted session runs again hours later
-            at(start + timedelta(days=day, hours=1 + attempt * 3), session(n))
-    for n, day in enumerate(INGESTS):
-        at(start + timedelta(days=day, hours=2), ingest(n))
-    if on_tick is not None:
-        tick = start + DRAIN_EVERY
-        while tick < end:
-            at(tick, (lambda when: lambda: on_tick(when))(tick))
-            tick += DRAIN_EVERY
-    while events:
-        events.sort(key=lambda e: (e[0], e[1]))
-        when, _, action = events.pop(0)
-        clock.set(max(when, clock()))
-        action()
+    def ingest(self, n: int) -> Callable[[], object]:
+        """The ``n``-th ingest run (its document exceeds the demo plane's state cap)."""
+        return lambda: self.ingester.start(self.store, {"source": f"report-{n}.pdf"})

@@ -11,8 +11,9 @@ fleets have, written straight into the store in time order (:class:`Traffic`).
 * **Ends**: about a third are marked finished by their owner after their last turn.
 
 Each turn is one completed run (its reply and its run end). Rows are written with their own
-``created_at`` through ``put_many`` (a batch per call), so a
-fleet of thousands builds in seconds; :meth:`Traffic.write_until` is called from the demo's
+``created_at`` through ``put_many``, and the conversations' run starts and finished marks through
+the ledger's bulk writes (``record_run_starts``, ``mark_finished_many``), a batch of each per
+call, so a fleet of thousands builds in seconds; :meth:`Traffic.write_until` is called from the demo's
 drain tick, so the rows reach the plane through the real outbox like every other row.
 """
 
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from durability.model import STEP_NODE, STEP_RUN_END, Checkpoint
 from durability.runs.vocabulary import RUN_END_NODE
 from durability.stores.base import Store
+from durability.stores.ledger import RunStart
 
 #: The owner and runner of the background conversations.
 OWNER = "assistants"
@@ -115,13 +117,11 @@ class Traffic:
                 ends.append(thread_id)
         ledger = store.ledger
         if ledger is not None:
-            for thread_id in starts:
-                ledger.record_run_start(thread_id, run_id=f"{thread_id}-0", owner=OWNER)
+            ledger.record_run_starts([RunStart(t, f"{t}-0", OWNER) for t in starts])
         if batch:
             store.put_many(batch)
         if ledger is not None:
-            for thread_id in ends:
-                ledger.mark_finished(thread_id)
+            ledger.mark_finished_many(ends)
         return len(batch)
 
 

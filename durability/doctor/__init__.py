@@ -20,7 +20,13 @@ check                              severity   what it finds
 ``replica_short``                  error      with a plane: rows marked synced it lacks
 ``redis_index_mismatch``           warning    a Redis cross-slot index that disagrees with keys
 ``langgraph_unreferenced``         warning    LangGraph writes or blobs no checkpoint references
+``fastaiagent_*``                  see below  fastaiagent rows its SDK's known bugs leave
 =================================  =========  ================================================
+
+On a fastaiagent store (read-only: reported, never repaired), :mod:`durability.doctor.fastaiagent`
+adds ``fastaiagent_run_end_quarantined`` and ``fastaiagent_idempotency_without_execution``
+(warnings), and on SQLite ``fastaiagent_outbox_stalled`` (error: an unsent NaN),
+``fastaiagent_resent_forever`` and ``fastaiagent_created_at_misordered`` (warnings).
 
 A store is whole (:attr:`Diagnosis.clean`) when nothing of severity ``error`` or ``warning``
 is found: the ``info`` findings are the sweep's pending work, which any store between two sweeps

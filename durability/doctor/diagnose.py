@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from durability._util import redact_url
-from durability.doctor import backend, erasure, ledger, replica, rows
+from durability.doctor import backend, erasure, fastaiagent, ledger, replica, rows
 from durability.doctor.model import SEVERITIES, Check, Context, Diagnosis, Problem
 from durability.errors import CheckpointStoreFormatError
 from durability.stores.base import FORMAT_GENERATION
@@ -24,6 +24,7 @@ CHECKS: tuple[Check, ...] = (
     *ledger.CHECKS,
     *erasure.CHECKS,
     *replica.CHECKS,
+    *fastaiagent.CHECKS,
 )
 
 #: A run's ledger entry younger than this is a run starting (the runner's default lease TTL).

@@ -139,10 +139,10 @@ def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
 
     from durability.stores.sql.schema import checkpoints, writes
 
-    c, w = checkpoints.c, writes.c
+    w = writes.c
     query = (
         sa.select(w.thread_id, w.namespace, w.checkpoint_id, w.task_id, w.idx)
-        .where(~sa.exists().where(c.tkey == w.tkey, c.ckey == w.ckey))
+        .where(~sa.exists().where(*_same_checkpoint(store, checkpoints, w)))
         .order_by(w.id)
     )
     found: dict[str, list[WriteKey]] = defaultdict(list)
@@ -150,6 +150,26 @@ def _sql_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
         for thread_id, ns, cid, task, idx in conn.execute(query):
             found[thread_id].append((ns, cid, task, idx))
     return dict(found)
+
+
+def _same_checkpoint(store: Store, table: Any, other: Any, checkpoint_id: Any = None) -> list[Any]:
+    """The clauses naming the row of ``table`` that ``other`` (a row with a thread, namespace
+    and checkpoint id) points at: its own checkpoint, or ``checkpoint_id`` (a parent) in its
+    thread and namespace.
+
+    Each probe must be one index search, never a walk through the thread's rows (a thread of
+    10,000 checkpoints would make the check quadratic). SQLite's rebuilt table (migration 15)
+    keeps one unique index of ``(thread_id, namespace, checkpoint_id)`` and no hash index, so
+    there the ids are compared; Postgres keeps the ``(tkey, ckey)`` hashes (its btree cannot
+    hold a 10 KB id) and a parent, which has no hash to compare, is found by its thread's hash
+    and ids (Postgres plans the whole anti-join as a hash join).
+    """
+    t = table.c
+    if checkpoint_id is None and store.provider == "postgres":
+        return [t.tkey == other.tkey, t.ckey == other.ckey]
+    thread = t.thread_id == other.thread_id if store.provider == "sqlite" else t.tkey == other.tkey
+    wanted = other.checkpoint_id if checkpoint_id is None else checkpoint_id
+    return [thread, t.namespace == other.namespace, t.checkpoint_id == wanted]
 
 
 def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
@@ -165,11 +185,7 @@ def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
             c.parent_checkpoint_id.isnot(None),
             c.parent_checkpoint_id != "",
             sa.or_(c.step_type.is_(None), c.step_type != STEP_FORK_ORIGIN),
-            ~sa.exists().where(
-                parent.c.tkey == c.tkey,
-                parent.c.namespace == c.namespace,
-                parent.c.checkpoint_id == c.parent_checkpoint_id,
-            ),
+            ~sa.exists().where(*_same_checkpoint(store, parent, c, c.parent_checkpoint_id)),
             sa.exists().where(
                 older.c.tkey == c.tkey, older.c.namespace == c.namespace, older.c.seq < c.seq
             ),
@@ -214,94 +230,3 @@ def _redis_orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
         if orphans:
             found[raw_id.decode() if raw_id else tag] = orphans
     return found
-
-
-def orphan_outbox(store: Store) -> dict[str | None, list[int]]:
-    """Outbox records whose row is gone: per Redis thread, the seqs of state records (of a
-    synced row, or of a pending row's document) left without it; on SQL (where outbox and
-    synced records name a seq, not a thread) under ``None``, the seqs of outbox and synced
-    records whose checkpoint is gone.
-
-    A Redis pending row's document (``od``) carries the row itself and outlives the thread's
-    other keys on purpose (a replicating store sends it even after the thread expired); only
-    state records left without their row are reported.
-    """
-    if store.provider in SQL_PROVIDERS:
-        seqs = _sql_orphan_outbox(store)
-        return {None: seqs} if seqs else {}
-    if store.provider != "redis":
-        return {}
-    r: Any = store
-    found: dict[str | None, list[int]] = {}
-    for tag in sorted(set(redis_tags(store, "sy")) | set(redis_tags(store, "os"))):
-        base = f"{r.prefix}{{{tag}}}:"
-        pipe = r.client.pipeline(transaction=False)
-        pipe.hget(base + "m", "id")
-        for suffix in ("c", "sy", "od", "os"):
-            pipe.hkeys(base + suffix)
-        raw_id, held, synced, docs, states = pipe.execute()
-        rows = {int(s) for s in held}
-        pending = {int(s) for s in docs}
-        stale = sorted(
-            {int(f[1:]) for f in synced if f[:1] == b"h" and int(f[1:]) not in rows}
-            | {int(f[1:]) for f in states if f[:1] == b"h" and int(f[1:]) not in pending}
-        )
-        if stale:
-            found[raw_id.decode() if raw_id else tag] = stale
-    return found
-
-
-def _sql_orphan_outbox(store: Store) -> list[int]:
-    import sqlalchemy as sa
-
-    from durability.stores.sql.schema import checkpoints, outbox_table, synced_table
-
-    found: set[int] = set()
-    with store.db.read("find outbox records without their checkpoint") as conn:  # type: ignore[attr-defined]
-        for table in (outbox_table, synced_table):
-            query = sa.select(table.c.seq).where(
-                ~sa.exists().where(checkpoints.c.seq == table.c.seq)
-            )
-            found.update(int(seq) for (seq,) in conn.execute(query))
-    return sorted(found)
-
-
-def drop_orphan_outbox(store: Store, seqs: list[int]) -> int:
-    """Delete SQL outbox and synced records of these seqs whose checkpoint is still gone (checked
-    in the same statement); how many records went."""
-    import sqlalchemy as sa
-
-    from durability._util import chunks
-    from durability.stores.sql.schema import checkpoints, outbox_table, synced_table
-
-    dropped = 0
-    with store.db.write("drop outbox records without their checkpoint") as conn:  # type: ignore[attr-defined]
-        for table in (outbox_table, synced_table):
-            for chunk in chunks(seqs):
-                gone = ~sa.exists().where(checkpoints.c.seq == table.c.seq)
-                result = conn.execute(table.delete().where(table.c.seq.in_(chunk), gone))
-                dropped += int(result.rowcount)
-    return dropped
-
-
-def requeue(store: Store, seqs: list[int], now: datetime) -> int:
-    """Put SQL rows marked synced back in the outbox (the plane lacks them): their synced
-    records move to outbox records, pending from ``now``, in one transaction; a row no longer
-    marked synced is left alone. How many rows were re-queued."""
-    import sqlalchemy as sa
-
-    from durability._util import chunks
-    from durability.stores.sql.schema import checkpoints, micros, outbox_table, synced_table
-
-    c, at, moved = checkpoints.c, micros(now), 0
-    with store.db.write("re-queue rows the plane lacks") as conn:  # type: ignore[attr-defined]
-        for chunk in chunks(seqs):
-            marked = sa.select(synced_table.c.seq).where(synced_table.c.seq.in_(chunk))
-            rows = sa.select(c.seq, c.project_id, sa.literal(0), sa.literal(at)).where(
-                c.seq.in_(marked)
-            )
-            columns = ["seq", "project_id", "attempts", "pending_since"]
-            conn.execute(outbox_table.insert().from_select(columns, rows))
-            gone = conn.execute(synced_table.delete().where(synced_table.c.seq.in_(chunk)))
-            moved += int(gone.rowcount)  # the records moved (an INSERT … SELECT counts none)
-    return moved

@@ -8,10 +8,10 @@ repair                    what it does                                          
 ``drop_orphan_writes``    delete pending writes whose checkpoint is gone         yes (--yes)
 ``release_ended_leases``  release a lease still held for a run that ended        no
 ``rebuild_redis_indexes`` re-derive the Redis cross-slot indexes from the keys   no
-``drop_orphan_outbox``    delete SQL outbox and synced records whose checkpoint  no
-                          is gone (nothing to send; Redis: report only)
-``requeue_missing_rows``  put rows the plane lacks back in the outbox (SQL;      no
-                          a connected drain sends them again)
+``drop_orphan_outbox``    delete outbox and synced records whose row is gone     no
+                          (nothing to send)
+``requeue_missing_rows``  put rows the plane lacks back in the outbox (a         no
+                          connected drain sends them again)
 ========================  =====================================================  ============
 
 :func:`plan_repairs` is pure: it turns a :class:`~durability.doctor.Diagnosis` into a
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durability.doctor.model import Diagnosis, Problem
-from durability.doctor.reads import SQL_PROVIDERS, drop_orphan_outbox, requeue
+from durability.doctor.outbox import drop_orphan_outbox, requeue
 from durability.errors import ReadOnlyStoreError
 from durability.stores.rows import Select
 
@@ -108,11 +108,6 @@ def apply_repairs(store: Store, plan: RepairPlan, *, allow_deletes: bool = False
         else:
             chosen[step.repair].append(step)
     for repair, steps in chosen.items():
-        if repair in SQL_ONLY and store.provider not in SQL_PROVIDERS:
-            result.skipped += [
-                (step, f"no safe repair on a {store.provider} store") for step in steps
-            ]
-            continue
         result.applied[repair] = REPAIRS[repair](store, steps)
     return result
 
@@ -160,18 +155,18 @@ def _rebuild_redis_indexes(store: Store, steps: list[RepairStep]) -> int:
 
 
 def _drop_orphan_outbox(store: Store, steps: list[RepairStep]) -> int:
-    """Delete the outbox and synced records whose checkpoint is still gone (one statement each)."""
-    return drop_orphan_outbox(store, sorted({seq for step in steps for seq in step.keys}))
+    """Delete the outbox and synced records whose row is still gone (checked as they go)."""
+    return drop_orphan_outbox(store, [key for step in steps for key in step.keys])
 
 
 def _requeue_missing_rows(store: Store, steps: list[RepairStep]) -> int:
-    """Re-queue the rows the plane lacks (still marked synced: checked in the statement)."""
-    seqs = sorted({seq for step in steps for _ns, _cid, seq in step.keys})
-    return requeue(store, seqs, store.clock())
+    """Re-queue the rows the plane lacks (still held and marked synced: checked as they move)."""
+    rows: dict[str, list[int]] = defaultdict(list)
+    for step in steps:
+        assert step.thread_id is not None
+        rows[step.thread_id] += [seq for _ns, _cid, seq in step.keys]
+    return requeue(store, dict(rows), store.clock())
 
-
-#: The repairs made on SQL stores only (elsewhere their steps are skipped, named).
-SQL_ONLY = frozenset({"drop_orphan_outbox", "requeue_missing_rows"})
 
 REPAIRS: dict[str, Callable[[Store, list[RepairStep]], int]] = {
     "drop_orphan_outbox": _drop_orphan_outbox,

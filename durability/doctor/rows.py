@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from durability.doctor import reads
+from durability.doctor import outbox, reads
 from durability.doctor.model import Check, Context, named
 
 Finding = tuple[str | None, list[Any], str]
@@ -35,12 +35,13 @@ def _missing_parents(ctx: Context) -> Iterator[Finding]:
 
 
 def _orphan_outbox(ctx: Context) -> Iterator[Finding]:
-    for thread_id, seqs in sorted(reads.orphan_outbox(ctx.store).items(), key=lambda i: i[0] or ""):
+    found = outbox.orphan_outbox(ctx.store)
+    for thread_id, keys in sorted(found.items(), key=lambda i: i[0] or ""):
         yield (
             thread_id,
-            seqs,
-            f"{len(seqs)} outbox records of checkpoints the thread no longer holds (seq "
-            f"{named(seqs)})",
+            keys,
+            f"{len(keys)} outbox records of checkpoints the thread no longer holds (seq "
+            f"{named([seq for _tag, seq in keys])})",
         )
 
 

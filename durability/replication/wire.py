@@ -35,6 +35,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, Protocol
 
 import orjson
@@ -44,7 +45,13 @@ from durability.clock import as_utc
 from durability.crypto.format import Sealed
 from durability.errors import CodecError, RestoreError
 from durability.model import COMPLETED, FAILED, INTERRUPTED, STEP_RUN_END, Checkpoint
-from durability.stores.rows import EncodedCheckpoint
+from durability.stores.rows import (
+    INTEGER_FIELDS,
+    NULLABLE_FIELDS,
+    PAYLOAD_FIELDS,
+    STORED_FIELDS,
+    EncodedCheckpoint,
+)
 
 #: Marks the extension object and the format of the payloads in the item (the codec's typed JSON).
 CODEC_MARK = "durability.codec/1"
@@ -63,6 +70,30 @@ WIRE_STATUSES = frozenset({COMPLETED, INTERRUPTED, FAILED})
 RESOURCE_TYPES = ("agent", "chain", "swarm", "supervisor")
 
 _PAYLOAD_FIELDS = ("node_input", "node_output", "interrupt_context")
+
+#: The stored fields the item carries in keys of its own, nothing lost: the ids, the runner's
+#: names, the scalars it knows and the payloads (``size_bytes`` is the store's count, not sent).
+_IN_ITEM = frozenset(
+    {
+        "thread_id",
+        "checkpoint_id",
+        "parent_checkpoint_id",
+        "runner",
+        "agent_path",
+        "node_id",
+        "step",
+        "step_type",
+        "iteration",
+        "interrupt_reason",
+        "created_at",
+        *PAYLOAD_FIELDS,
+        "size_bytes",
+    }
+)
+#: Every other stored field rides in the extension under its own name (the wire has no key for
+#: it, or only a lossy one: the status, the agent id), so a field a store gains travels too.
+EXTENSION_FIELDS = tuple(name for name in STORED_FIELDS if name not in _IN_ITEM)
+_extension_values = attrgetter(*EXTENSION_FIELDS)
 
 #: Starts every derived wire checkpoint id (:func:`wire_checkpoint_id`).
 WIRE_ID_PREFIX = "durability-"
@@ -193,24 +224,11 @@ def to_wire(
             derived ones (:func:`wire_checkpoint_id`), the originals kept in the extension.
     """
     state, payloads, user_metadata, counters, wrapped = _payload_parts(row, stripped)
-    state_wrapped = "state" in wrapped
-    kind, agent_id, chain_id = _resource(row, agent_ids)
-    extension: dict[str, Any] = {
-        "codec": CODEC_MARK,
-        "namespace": row.namespace,
-        "run_id": row.run_id,
-        "status": row.status,
-        "agent_id": row.agent_id,
-        "project_id": row.project_id,
-        "metadata": user_metadata,
-        "wrapped": wrapped,
-        "payload": encoder.name,
-    }
-    if stripped is not None:
-        extension["stripped"] = stripped
+    extension = _extension(row, user_metadata, wrapped, encoder.name, stripped)
     checkpoint_id, parent_id = _sent_ids(row, own_ids, extension)
     # An encoder sees the state as a JSON object, so only then is it parsed.
     sent_state = state if encoder is CLEAR else encoder.encode(orjson.loads(orjson.dumps(state)))
+    kind, agent_id, chain_id = _resource(row, agent_ids)
     item: dict[str, Any] = {
         "checkpoint_id": checkpoint_id,
         "execution_id": row.thread_id,
@@ -223,22 +241,12 @@ def to_wire(
         "status": wire_status(row.status),
         "parent_checkpoint_id": parent_id,
         "state_snapshot": sent_state,
-        "metadata": {
-            "node_input": payloads["node_input"],
-            "node_output": payloads["node_output"],
-            "iteration": row.iteration,
-            "iteration_counters": counters,
-            "interrupt_reason": row.interrupt_reason,
-            "interrupt_context": payloads["interrupt_context"],
-            "agent_path": row.agent_path,
-            "chain_name": row.runner or None,
-            EXTENSION_KEY: extension,
-        },
+        "metadata": _item_metadata(row, payloads, counters, extension),
         "created_at": row.created_at.isoformat(),
         "sequence": row.seq,
     }
     # The stored text is what is sent when nothing wrapped or encoded it: its length is the size.
-    as_stored = stripped is None and not state_wrapped and encoder is CLEAR
+    as_stored = stripped is None and "state" not in wrapped and encoder is CLEAR
     state_bytes = _text_bytes(row.state) if as_stored else len(orjson.dumps(sent_state))
     return WireRow(
         orjson.dumps(item),
@@ -249,6 +257,45 @@ def to_wire(
         row.thread_id,
         row.namespace,
     )
+
+
+def _extension(
+    row: EncodedCheckpoint,
+    user_metadata: Any,
+    wrapped: list[str],
+    payload: str,
+    stripped: str | None,
+) -> dict[str, Any]:
+    """The extension object: the stored fields the wire has no key for, the user metadata, the
+    payloads wrapped, the payload encoder's name and why the state was stripped, if it was."""
+    extension: dict[str, Any] = {
+        "codec": CODEC_MARK,
+        **dict(zip(EXTENSION_FIELDS, _extension_values(row), strict=True)),
+        "metadata": user_metadata,
+        "wrapped": wrapped,
+        "payload": payload,
+    }
+    if stripped is not None:
+        extension["stripped"] = stripped
+    return extension
+
+
+def _item_metadata(
+    row: EncodedCheckpoint, payloads: dict[str, Any], counters: Any, extension: dict[str, Any]
+) -> dict[str, Any]:
+    """The item's ``metadata``: the payloads and scalars the wire keeps there (in the
+    fastaiagent SDK's order), then the extension."""
+    return {
+        "node_input": payloads["node_input"],
+        "node_output": payloads["node_output"],
+        "iteration": row.iteration,
+        "iteration_counters": counters,
+        "interrupt_reason": row.interrupt_reason,
+        "interrupt_context": payloads["interrupt_context"],
+        "agent_path": row.agent_path,
+        "chain_name": row.runner or None,
+        EXTENSION_KEY: extension,
+    }
 
 
 def _payload_parts(
@@ -386,13 +433,11 @@ def checkpoint_from_wire(
         return _payload_value(raw, field, field in wrapped, where, allowed_modules)
 
     common["checkpoint_id"], common["parent_checkpoint_id"] = store_ids(item)
+    extended = {name: _as_stored(name, extension.get(name)) for name in EXTENSION_FIELDS}
+    extended["status"] = str(extension.get("status") or item.get("status") or COMPLETED)
     return Checkpoint(
         **common,
-        namespace=str(extension.get("namespace") or ""),
-        run_id=str(extension.get("run_id") or ""),
-        agent_id=extension.get("agent_id"),
-        project_id=str(extension.get("project_id") or ""),
-        status=str(extension.get("status") or item.get("status") or COMPLETED),
+        **extended,
         state=value(state, "state"),
         node_input=value(metadata.get("node_input"), "node_input"),
         node_output=value(metadata.get("node_output"), "node_output"),
@@ -418,6 +463,14 @@ def _common_fields(item: Mapping[str, Any], metadata: dict[str, Any]) -> dict[st
         "interrupt_reason": metadata.get("interrupt_reason"),
         "created_at": _parse_time(item.get("created_at")),
     }
+
+
+def _as_stored(name: str, raw: Any) -> Any:
+    """An extension's value as the checkpoint field ``name`` holds it (an older item may lack
+    it): as it is where the field may be empty, else a number or a text."""
+    if name in NULLABLE_FIELDS:
+        return raw
+    return int(raw or 0) if name in INTEGER_FIELDS else str(raw or "")
 
 
 def _payload_encoder(

@@ -29,11 +29,10 @@ a store that lacks it they raise the refusal they always raised.
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -48,10 +47,12 @@ from durability.errors import (
 )
 from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
+from durability.stores.bulk import BulkLoad
 from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
 from durability.stores.ids import check_id, check_thread
 from durability.stores.ledger import Ledger
+from durability.stores.listeners import WriteListeners
 from durability.stores.outbox import Outbox
 from durability.stores.parks import Parks
 from durability.stores.rows import (
@@ -77,11 +78,6 @@ from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
 FORMAT_GENERATION = 1
-
-#: Called with the store after a write of unreplicated rows commits (see ``add_write_listener``).
-WriteListener = Callable[["Store"], None]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +106,7 @@ class ThreadPage:
     cursor: str | None
 
 
-class Store(DelegatingAliases, ABC):
+class Store(DelegatingAliases, WriteListeners, ABC):
     """A checkpoint store. Open one with :func:`durability.open`; use it as a context manager.
 
     Every public method validates its arguments before touching the backend, so a refused
@@ -130,6 +126,8 @@ class Store(DelegatingAliases, ABC):
     scans: Scans
     #: Erased threads' tombstones, or ``None`` when the store cannot keep them (read-only).
     tombstones: Tombstones | None = None
+    #: Loading many new rows at once (a copy's destination), or ``None``: written row by row.
+    bulk: BulkLoad | None = None
 
     def __init__(
         self,
@@ -140,6 +138,7 @@ class Store(DelegatingAliases, ABC):
         keyring: Keyring | None = None,
         allow_plaintext: bool = False,
     ) -> None:
+        super().__init__()
         self.url = url
         self.settings = settings if settings is not None else Settings.from_env()
         self.clock: Clock = clock if clock is not None else system_clock
@@ -152,7 +151,6 @@ class Store(DelegatingAliases, ABC):
         self.scans = Scans(self)
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._write_listeners: list[WriteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -235,6 +233,14 @@ class Store(DelegatingAliases, ABC):
         if not synced:
             self.notify_write()
         return [stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)]
+
+    def put_returning_seq(self, checkpoint: Checkpoint) -> int:
+        """Store ``checkpoint`` as :meth:`put` does and return only its ``seq``: for a caller
+        that keeps its own copy (the LangGraph saver), which then pays for no returned one."""
+        self.ready()
+        seq = self._insert([self.prepare(checkpoint, action="put a checkpoint")], synced=False)[0]
+        self.notify_write()
+        return seq
 
     def prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         """``cp`` checked and encoded as the store will keep it, its id and time filled in."""
@@ -460,32 +466,6 @@ class Store(DelegatingAliases, ABC):
         if self.tombstones is not None:
             self.tombstones.refuse(thread_id, action)
 
-    # ------------------------------------------------------------------ write listeners
-
-    def add_write_listener(self, listener: WriteListener) -> None:
-        """Call ``listener(store)`` after every committed write of unreplicated rows.
-
-        ``put``, ``put_many`` and ``park`` call it after their commit (not for ``synced=True``
-        writes, which have nothing to send). It runs on the writer's thread, so it must be quick
-        and must not block: the replication drain uses it to set an event. An exception it
-        raises is logged and never reaches the writer.
-        """
-        if listener not in self._write_listeners:
-            self._write_listeners.append(listener)
-
-    def remove_write_listener(self, listener: WriteListener) -> None:
-        """Stop calling ``listener`` (a no-op if it was not added)."""
-        if listener in self._write_listeners:
-            self._write_listeners.remove(listener)
-
-    def notify_write(self) -> None:
-        """Tell the write listeners that unreplicated rows were committed."""
-        for listener in tuple(self._write_listeners):
-            try:
-                listener(self)
-            except Exception:  # a listener must never fail the write that already committed
-                logger.exception("a write listener of %r failed", self)
-
     # ------------------------------------------------------------------ capabilities
 
     @property
@@ -534,6 +514,15 @@ class Store(DelegatingAliases, ABC):
     @abstractmethod
     def _select(self, query: Select) -> Sequence[CheckpointRow]:
         """The thread's rows that :class:`Select` asks for, in its order (empty if none)."""
+
+    def _select_with_writes(self, query: Select) -> tuple[CheckpointRow, Sequence[WriteRow]] | None:
+        """The first row ``query`` selects and its pending writes in write order, or ``None``
+        (a SQL store reads both in one statement)."""
+        rows = self._select(query)
+        if not rows:
+            return None
+        key = (rows[0].namespace, rows[0].checkpoint_id)
+        return rows[0], list(self._select_writes(query.thread_id, [key]).get(key, ()))
 
     @abstractmethod
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:

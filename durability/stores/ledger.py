@@ -8,6 +8,8 @@ thread records (:meth:`Store.thread`), which the backend fills from the same rec
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,17 @@ from durability.stores.ids import check_id, check_thread
 
 if TYPE_CHECKING:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """One run start for :meth:`Ledger.record_run_starts`: what :meth:`Ledger.record_run_start`
+    takes for one thread."""
+
+    thread_id: str
+    run_id: str
+    owner: str
+    retention: Retention | None = None
 
 
 class Ledger(Capability, ABC):
@@ -54,6 +67,43 @@ class Ledger(Capability, ABC):
         declared = retention_of(self.store.thread(thread_id))
         self._mark(thread_id, now, due_at(self.store.settings, declared, now))
         return self._record(thread_id)
+
+    def record_run_starts(self, starts: Sequence[RunStart]) -> int:
+        """Record several run starts at the store's clock: :meth:`record_run_start` for each,
+        written together (SQL: one transaction, all or none) and not read back.
+
+        For writers of many threads at once (an import, the demo's fleet): a thread's record
+        is not returned, which is what makes it one write instead of a write and a read per
+        thread. If any thread is erased, the refusal names it and nothing is written. A thread
+        listed twice keeps its last start. Returns how many threads were recorded.
+        """
+        action = "record run starts"
+        latest = {s.thread_id: s for s in starts}
+        for start in latest.values():
+            check_thread(start.thread_id, "", action)
+            check_id(start.run_id, "run_id", action=action, allow_empty=True)
+            check_id(start.owner, "owner", action=action, allow_empty=True)
+        self.store.ready()
+        if latest:
+            self._start_many(list(latest.values()), self.store.clock(), action)
+        return len(latest)
+
+    def mark_finished_many(self, thread_ids: Sequence[str]) -> int:
+        """Put several threads in the finished set at the store's clock: :meth:`mark_finished`
+        for each (each due from its own declared retention), written together and not read
+        back. Returns how many threads were marked."""
+        action = "mark threads finished"
+        ids = list(dict.fromkeys(thread_ids))
+        for thread_id in ids:
+            check_thread(thread_id, "", action)
+        self.store.ready()
+        if not ids:
+            return 0
+        now = self.store.clock()
+        declared = self._declared(ids)
+        settings = self.store.settings
+        self._mark_many([(t, now, due_at(settings, declared.get(t), now)) for t in ids])
+        return len(ids)
 
     def unmark_finished(self, thread_id: str) -> None:
         """Take the thread out of the finished set (a no-op if it is not in it)."""
@@ -151,6 +201,25 @@ class Ledger(Capability, ABC):
     @abstractmethod
     def _release(self, thread_id: str, holder: str) -> None:
         """Drop the lease if ``holder`` holds it."""
+
+    def _start_many(self, starts: list[RunStart], now: datetime, action: str) -> None:
+        """Record each start (threads unique); refuse before writing any if one is erased.
+        Backends that can write them in one transaction override this."""
+        for start in starts:
+            self.store.refuse_erased(start.thread_id, action)
+        for start in starts:
+            self._start(
+                start.thread_id, start.run_id, start.owner, start.retention or Retention(), now
+            )
+
+    def _declared(self, thread_ids: list[str]) -> dict[str, Retention | None]:
+        """The declared retention each thread's ledger record holds (absent: ``None``)."""
+        return {t: retention_of(self.store.thread(t)) for t in thread_ids}
+
+    def _mark_many(self, marks: list[tuple[str, datetime, datetime]]) -> None:
+        """Record each ``(thread, finished_at, due)`` mark; backends override to write them at once."""
+        for thread_id, finished_at, due in marks:
+            self._mark(thread_id, finished_at, due)
 
     def _finished_due(self, now: datetime) -> list[ThreadRecord]:
         return [r for r in self.store.iter_threads() if r.due_at is not None and r.due_at <= now]

@@ -10,6 +10,7 @@ mapping (the SQL columns, the Redis document, the CLI table) derives from it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from operator import attrgetter
@@ -136,31 +137,33 @@ class EncodedCheckpoint:
         """
         loads = codec.loads
         text = self.state if state is None else state
-        return Checkpoint(
-            thread_id=self.thread_id,
-            namespace=self.namespace,
-            checkpoint_id=self.checkpoint_id,
-            run_id=self.run_id,
-            parent_checkpoint_id=self.parent_checkpoint_id,
-            runner=self.runner,
-            agent_id=self.agent_id,
-            agent_path=self.agent_path,
-            node_id=self.node_id,
-            step=self.step,
-            step_type=self.step_type,
-            status=self.status,
-            iteration=self.iteration,
-            interrupt_reason=self.interrupt_reason,
-            created_at=self.created_at,
-            project_id=self.project_id,
-            state=Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state"),
-            node_input=loads(self.node_input, path="node_input"),
-            node_output=loads(self.node_output, path="node_output"),
-            iteration_counters=loads(self.iteration_counters, path="iteration_counters"),
-            interrupt_context=loads(self.interrupt_context, path="interrupt_context"),
-            metadata=loads(self.metadata, path="metadata"),
-            seq=self.seq,
-            size_bytes=self.size_bytes,
+        return _checkpoint_of(
+            (
+                self.thread_id,
+                self.node_id,
+                Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state"),
+                self.checkpoint_id,
+                self.namespace,
+                self.run_id,
+                self.parent_checkpoint_id,
+                self.runner,
+                self.agent_id,
+                self.agent_path,
+                self.step,
+                self.step_type,
+                self.status,
+                loads(self.node_input, path="node_input"),
+                loads(self.node_output, path="node_output"),
+                self.iteration,
+                loads(self.iteration_counters, path="iteration_counters"),
+                self.interrupt_reason,
+                loads(self.interrupt_context, path="interrupt_context"),
+                as_utc(self.created_at),
+                loads(self.metadata, path="metadata"),
+                self.project_id,
+                self.seq,
+                self.size_bytes,
+            )
         )
 
     def apply(self, change: StatusChange) -> None:
@@ -179,6 +182,28 @@ _stored_values = attrgetter(*STORED_FIELDS)
 #: A checkpoint's fields, read in one call (``stored`` copies them without ``__init__``).
 _CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint))
 _checkpoint_values = attrgetter(*_CHECKPOINT_FIELDS)
+# EncodedCheckpoint.decode lists a checkpoint's values in this order.
+assert (
+    *("thread_id", "node_id", "state", "checkpoint_id", "namespace", "run_id"),
+    *("parent_checkpoint_id", "runner", "agent_id", "agent_path", "step", "step_type"),
+    *("status", "node_input", "node_output", "iteration", "iteration_counters"),
+    *("interrupt_reason", "interrupt_context", "created_at", "metadata", "project_id"),
+    *("seq", "size_bytes"),
+) == _CHECKPOINT_FIELDS
+#: The slot setters of a checkpoint's fields, in field order (see :func:`_checkpoint_of`).
+_CHECKPOINT_SETTERS = tuple(Checkpoint.__dict__[name].__set__ for name in _CHECKPOINT_FIELDS)
+
+
+def _checkpoint_of(values: Iterable[object]) -> Checkpoint:
+    """A checkpoint of ``values`` (its fields in order), built without ``__init__``.
+
+    For a checkpoint whose fields were checked when it was put (a decoded row, a put's return):
+    the frozen dataclass's ``__init__`` and its checks were a quarter of a SQLite read.
+    """
+    cp = object.__new__(Checkpoint)
+    for set_field, value in zip(_CHECKPOINT_SETTERS, values, strict=True):
+        set_field(cp, value)
+    return cp
 
 
 @dataclass(slots=True)
@@ -336,15 +361,18 @@ def stored(cp: Checkpoint, row: EncodedCheckpoint, seq: int) -> Checkpoint:
         )
     # A field-by-field copy: ``cp`` was checked when it was built, so ``replace``'s call of
     # ``__init__`` and its checks (a tenth of a SQLite put) would only repeat them.
-    copy = object.__new__(Checkpoint)
-    put = object.__setattr__
-    for name, value in zip(_CHECKPOINT_FIELDS, _checkpoint_values(cp), strict=True):
-        put(copy, name, value)
-    put(copy, "checkpoint_id", row.checkpoint_id)
-    put(copy, "created_at", as_utc(row.created_at))
-    put(copy, "seq", seq)
-    put(copy, "size_bytes", row.size_bytes)
-    return copy
+    values = list(_checkpoint_values(cp))
+    values[_FILLED[0]] = row.checkpoint_id
+    values[_FILLED[1]] = as_utc(row.created_at)
+    values[_FILLED[2]] = seq
+    values[_FILLED[3]] = row.size_bytes
+    return _checkpoint_of(values)
+
+
+#: Where the fields a store fills in sit among a checkpoint's fields.
+_FILLED = tuple(
+    _CHECKPOINT_FIELDS.index(name) for name in ("checkpoint_id", "created_at", "seq", "size_bytes")
+)
 
 
 def utf8_len(text: str) -> int:

@@ -83,16 +83,19 @@ def open_checkpoint(store: Store, row: CheckpointRow, action: str) -> Checkpoint
     """The checkpoint ``row`` holds, its state opened (or refused by the rules above)."""
     if type(row) is not EncodedCheckpoint:
         return row.decode()
+    return row.decode(opened_state(store, row, action))
+
+
+def opened_state(store: Store, row: EncodedCheckpoint, action: str) -> str:
+    """``row``'s state as codec text: opened when sealed (or refused by the rules above)."""
     text, sealer = row.state, store.sealer
     if text.startswith(ENVELOPE_PREFIX):
         if sealer is None:
             raise _encrypted(store, action, row.thread_id, row.checkpoint_id, text)
-        return row.decode(
-            sealer.open(text, row.thread_id, row.namespace, row.checkpoint_id, "state")
-        )
+        return sealer.open(text, row.thread_id, row.namespace, row.checkpoint_id, "state")
     if sealer is not None and not store.allow_plaintext:
         raise _clear(store, action, row.thread_id, row.namespace, row.checkpoint_id, "state")
-    return row.decode()
+    return text
 
 
 def open_write(store: Store, row: WriteRow, action: str) -> PendingWrite:

@@ -5,11 +5,12 @@ in (up to a bound), and report what went, what was spared and what was skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from durability.archive.format import ArchiveWriter
 from durability.errors import ConfigError, SweepError, SweepLocked
@@ -26,10 +27,6 @@ from durability.sweep.plan import (
     _skipped_reason,
     plan_sweep,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 #: The sweep logs under its package's name (what it deleted at INFO, each spared thread at WARNING).
 logger = logging.getLogger("durability.sweep")
@@ -162,22 +159,41 @@ def sweep(
     when another sweep holds it. The result and the metrics count a thread as deleted only
     when this sweep's delete removed its rows (or it held no checkpoint to remove).
     """
-    from durability import metrics
-
     if batch_size < 1:
         raise ConfigError(f"cannot sweep: batch_size={batch_size} must be at least 1")
+    with _counted_run(), store.scans.sweep_lock().held():
+        plan = plan_sweep(store, settings, now, filters=filters)
+        spared = _spare(plan)
+        writer = _archive_writer(store, plan, archive)
+        try:
+            deleted, rounds = _apply(
+                store, plan, progress=progress, batch_size=batch_size, archive=writer
+            )
+        finally:
+            if writer is not None:
+                writer.close()
+    return _logged(
+        SweepResult(
+            now=plan.now,
+            provider=plan.provider,
+            deleted=deleted,
+            spared=spared,
+            skipped=_skipped(store, plan),
+            not_due={h: len(plan._where("not_due", h)) for h in HORIZONS},
+            rounds=rounds,
+        ),
+        store,
+    )
+
+
+@contextmanager
+def _counted_run() -> Iterator[None]:
+    """Counts the sweep run in the metrics by its outcome: refused (another sweep holds the
+    lock), failure or success (then also the time of the last success)."""
+    from durability import metrics
+
     try:
-        with store.scans.sweep_lock().held():
-            plan = plan_sweep(store, settings, now, filters=filters)
-            spared = _spare(plan)
-            writer = _archive_writer(store, plan, archive)
-            try:
-                deleted, rounds = _apply(
-                    store, plan, progress=progress, batch_size=batch_size, archive=writer
-                )
-            finally:
-                if writer is not None:
-                    writer.close()
+        yield
     except SweepLocked:
         metrics.SWEEP_RUNS.labels(outcome="refused").inc()
         raise
@@ -186,23 +202,18 @@ def sweep(
         raise
     metrics.SWEEP_RUNS.labels(outcome="success").inc()
     metrics.SWEEP_LAST_SUCCESS.set_to_current_time()
-    result = SweepResult(
-        now=plan.now,
-        provider=plan.provider,
-        deleted=deleted,
-        spared=spared,
-        skipped=_skipped(store, plan),
-        not_due={h: len(plan._where("not_due", h)) for h in HORIZONS},
-        rounds=rounds,
-    )
+
+
+def _logged(result: SweepResult, store: Store) -> SweepResult:
+    """``result``, once its counts are in the log."""
     logger.info(
         "sweep of %r at %s: deleted %d threads (%d checkpoints, %d writes), spared %d",
         store,
-        plan.now.isoformat(),
+        result.now.isoformat(),
         len(result.deleted_ids()),
         result.checkpoints(),
         result.writes(),
-        sum(len(v) for v in spared.values()),
+        sum(len(v) for v in result.spared.values()),
     )
     return result
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import decimal
-import threading
 from datetime import timedelta
 from typing import Any
 
@@ -19,10 +18,13 @@ from durability.stores import Store
 from durability.testing.suite import (
     START,
     StoreTarget,
+    assert_writers_ordered,
     check,
+    in_threads,
     raises,
     sample,
     seqs_of,
+    write_for,
 )
 from durability.testing.values import HOSTILE_IDS, assert_same, rich_state
 
@@ -44,6 +46,10 @@ def check_put_returns_stored_copy(target: StoreTarget) -> None:
         assert store.latest("t-missing") is None
         raises(CheckpointNotFound, lambda: store.get("t-basic", "nope"), contains="nope")
         raises(KeyError, lambda: store.get("t-missing", "nope"))
+        seq = store.put_returning_seq(sample("t-basic", 2, run_id="r1"))
+        newest = store.latest("t-basic")
+        assert newest is not None
+        assert (newest.seq, newest.step) == (seq, 2), "put_returning_seq returns the row's seq"
 
 
 @check
@@ -201,21 +207,11 @@ def check_concurrent_writers(target: StoreTarget) -> None:
         except BaseException as exc:  # collected and re-raised below
             errors.append(exc)
 
-    workers = [threading.Thread(target=write, args=(h, i)) for i, h in enumerate(handles)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    in_threads(write, [(h, i) for i, h in enumerate(handles)])
     try:
         assert not errors, errors
-        history = handles[0].history("t-concurrent")
-        assert len(history) == 100
-        seqs = seqs_of(history)
-        assert seqs == sorted(seqs)
-        assert len(set(seqs)) == 100
+        assert_writers_ordered(handles[0].history("t-concurrent"), "w", 4, 25)
         for worker in range(4):
-            mine = [c.node_id for c in history if c.node_id.startswith(f"w{worker}-")]
-            assert mine == [f"w{worker}-{n}" for n in range(25)], "one writer's order was not kept"
             assert len(handles[1].history(f"t-own-{worker}")) == 25
     finally:
         for h in handles:
@@ -318,18 +314,7 @@ def check_delete_thread_removes_everything(target: StoreTarget) -> None:
     """delete_thread removes the checkpoints and writes of that thread only."""
     with target.open() as store:
         cps = [store.put(sample("t-del", n, namespace=ns)) for n, ns in enumerate(["", "", "sub"])]
-        store.put_writes(
-            [
-                PendingWrite(
-                    thread_id="t-del",
-                    checkpoint_id=cps[0].checkpoint_id,
-                    task_id="t",
-                    idx=0,
-                    channel="c",
-                    value=1,
-                )
-            ]
-        )
+        store.put_writes([write_for(cps[0])])
         store.put(sample("t-keep"))
         deleted = store.delete_thread("t-del")
         assert (deleted.checkpoints, deleted.writes) == (3, 1)
@@ -444,18 +429,7 @@ def check_delete_checkpoints_and_runs(target: StoreTarget) -> None:
         b = store.put(sample("t-dc", 1, run_id="run-b"))
         c = store.put(sample("t-dc", 2, run_id="run-a", namespace="sub"))
         other = store.put(sample("t-dc-other", 0, run_id="run-a"))
-        store.put_writes(
-            [
-                PendingWrite(
-                    thread_id="t-dc",
-                    checkpoint_id=a.checkpoint_id,
-                    task_id="t",
-                    idx=0,
-                    channel="c",
-                    value=1,
-                )
-            ]
-        )
+        store.put_writes([write_for(a)])
         found = store.checkpoints_of_runs(["run-a", "run-a", "run-none"])
         assert sorted(found) == sorted(
             [

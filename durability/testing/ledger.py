@@ -9,8 +9,10 @@ from durability.errors import (
     InvalidIdError,
     LeaseHeld,
     LeaseLost,
+    ThreadErased,
 )
 from durability.settings import Settings, declare_retention
+from durability.stores.ledger import RunStart
 from durability.testing.suite import (
     START,
     StoreTarget,
@@ -71,6 +73,54 @@ def check_ledger_marks(target: StoreTarget) -> None:
         assert kept.due_at == plain.due_at
         later.record_run_start("t-plain-2", run_id="r", owner="agent")
         assert later.mark_finished("t-plain-2").due_at == clock() + timedelta(days=1)
+
+
+@check
+@requires("ledger")
+def check_bulk_run_starts_and_marks_match_one_at_a_time(target: StoreTarget) -> None:
+    """``record_run_starts`` and ``mark_finished_many`` record what the one-thread calls do;
+    an erased thread among the starts is refused by name and nothing is written."""
+    clock = FrozenClock(START)
+    settings = Settings(waiting_retention=timedelta(days=30), finished_retention=timedelta(days=7))
+    with target.open(clock=clock, settings=settings) as store:
+        assert store.ledger is not None
+        declared = declare_retention(settings, waiting="10d", finished="2d")
+        starts = [
+            RunStart("bulk-a", "run-a", "chat", declared),
+            RunStart("bulk-b", "run-b", "chat"),
+            RunStart("bulk-a", "run-a2", "chat", declared),  # listed twice: the last start wins
+        ]
+        assert store.ledger.record_run_starts(starts) == 2
+        store.record_run_start("one-b", run_id="run-b", owner="chat")
+        clock.advance(timedelta(hours=1))
+        assert store.ledger.mark_finished_many(["bulk-a", "bulk-b", "bulk-b"]) == 2
+        one = store.mark_finished("one-b")
+        a, b = store.thread("bulk-a"), store.thread("bulk-b")
+        assert a is not None
+        assert b is not None
+        assert (a.owner, a.run_id, a.started_at, a.declared_waiting) == (
+            "chat",
+            "run-a2",
+            START,
+            timedelta(days=10),
+        )
+        assert a.due_at == clock() + timedelta(days=2), "due from its declared retention"
+        assert (b.finished_at, b.due_at) == (one.finished_at, one.due_at)
+        assert (b.owner, b.run_id, b.started_at) == (one.owner, one.run_id, one.started_at)
+        assert store.ledger.record_run_starts([]) == 0
+        assert store.ledger.mark_finished_many([]) == 0
+        if store.tombstones is None:
+            return
+        store.put(sample("bulk-erased"))
+        store.erase("bulk-erased", by="test")
+        raises(
+            ThreadErased,
+            lambda: store.ledger.record_run_starts(  # type: ignore[union-attr]
+                [RunStart("bulk-new", "r", "chat"), RunStart("bulk-erased", "r", "chat")]
+            ),
+            contains="record run starts",
+        )
+        assert store.thread("bulk-new") is None, "nothing written when one start is refused"
 
 
 @check

@@ -13,10 +13,10 @@ from durability.stores import open_store
 from durability.testing.suite import (
     START,
     StoreTarget,
+    assert_writers_ordered,
     check,
     requires,
     sample,
-    seqs_of,
 )
 
 
@@ -69,14 +69,7 @@ def check_two_processes_write_one_thread(target: StoreTarget) -> None:
     assert errors == [None, None], errors
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     with target.open() as store:
-        history = store.history("t-two-procs")
-        assert len(history) == 80
-        seqs = seqs_of(history)
-        assert seqs == sorted(seqs)
-        assert len(set(seqs)) == 80
-        for w in range(2):
-            mine = [c.node_id for c in history if c.node_id.startswith(f"p{w}-")]
-            assert mine == [f"p{w}-{n}" for n in range(40)], "a writer's order was not kept"
+        seqs = assert_writers_ordered(store.history("t-two-procs"), "p", 2, 40)
         latest = store.latest("t-two-procs")
         assert latest is not None
         assert latest.seq == seqs[-1]

@@ -9,13 +9,14 @@ can report it as skipped rather than passed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.util import find_spec
 from typing import Any
 
-from durability.model import Checkpoint
+from durability.model import Checkpoint, PendingWrite
 from durability.settings import Settings
 from durability.stores import Store, open_store
 
@@ -103,6 +104,46 @@ def sample(thread_id: str, n: int = 0, **fields: Any) -> Checkpoint:
     """A small checkpoint of step ``n`` in ``thread_id``."""
     fields.setdefault("node_id", f"step-{n}")
     return Checkpoint(thread_id=thread_id, step=n, state={"n": n}, **fields)
+
+
+def write_for(cp: Checkpoint, value: Any = 1) -> PendingWrite:
+    """One pending write (task ``t``, channel ``c``) against the stored checkpoint ``cp``."""
+    return PendingWrite(
+        thread_id=cp.thread_id,
+        namespace=cp.namespace,
+        checkpoint_id=cp.checkpoint_id,
+        task_id="t",
+        idx=0,
+        channel="c",
+        value=value,
+    )
+
+
+def in_threads(
+    fn: Callable[..., None], calls: Iterable[tuple[Any, ...]], timeout: float | None = None
+) -> None:
+    """Run ``fn(*args)`` for each ``args`` of ``calls``, each on a thread of its own, all at
+    once; return when every one has ended (or ``timeout`` seconds passed for each)."""
+    workers = [threading.Thread(target=fn, args=args) for args in calls]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout)
+
+
+def assert_writers_ordered(
+    history: list[Checkpoint], prefix: str, writers: int, each: int
+) -> list[int]:
+    """``history`` holds ``writers`` × ``each`` checkpoints with unique, increasing seqs, and
+    writer ``w``'s node ids ``{prefix}{w}-{n}`` in the order it wrote them; returns the seqs."""
+    assert len(history) == writers * each
+    seqs = seqs_of(history)
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == writers * each
+    for w in range(writers):
+        mine = [c.node_id for c in history if c.node_id.startswith(f"{prefix}{w}-")]
+        assert mine == [f"{prefix}{w}-{n}" for n in range(each)], "a writer's order was not kept"
+    return seqs
 
 
 def seqs_of(checkpoints: list[Checkpoint]) -> list[int]:

@@ -11,7 +11,15 @@ from durability.clock import FrozenClock
 from durability.errors import ThreadErased
 from durability.model import PendingWrite
 from durability.stores import Store
-from durability.testing.suite import START, StoreTarget, check, raises, requires, sample
+from durability.testing.suite import (
+    START,
+    StoreTarget,
+    check,
+    raises,
+    requires,
+    sample,
+    write_for,
+)
 from durability.testing.values import HOSTILE_IDS
 
 
@@ -95,17 +103,7 @@ def check_tombstone_hostile_ids(target: StoreTarget) -> None:
 def _fill(store: Store, thread_id: str) -> list[int]:
     """Give the thread something in every place erasure clears; returns its checkpoints' seqs."""
     cps = store.put_many([sample(thread_id, n) for n in range(3)])
-    store.put_writes(
-        [
-            PendingWrite(
-                thread_id=thread_id,
-                checkpoint_id=cps[0].checkpoint_id,
-                task_id="t",
-                idx=0,
-                channel="c",
-            )
-        ]
-    )
+    store.put_writes([write_for(cps[0])])
     if store.ledger is not None:
         store.record_run_start(thread_id, run_id="run-1", owner="o")
         store.mark_finished(thread_id)

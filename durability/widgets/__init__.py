@@ -14,7 +14,9 @@ carry stable CSS classes for browser tests:
 * outbox: ``durability-outbox`` (the view), ``-chart``, ``-quarantined``, ``-release``,
   ``-confirm``, ``-cancel``, ``-refresh``, ``-status``;
 * restore: ``durability-restore`` (the view), ``-thread``, ``-plan``, ``-plan-table``,
-  ``-restore``, ``-runner``, ``-value``, ``-resume``, ``-fork``, ``-status``.
+  ``-restore``, ``-runner``, ``-value``, ``-resume``, ``-fork``, ``-status``;
+* rows: ``durability-rows`` (the view), ``-search``, ``-sort``, ``-descending``,
+  ``-previous``, ``-next``, ``-counter``, ``-header``, ``-list``.
 
 * :class:`StoreExplorer`: search thread ids by prefix (a page at a time), see a thread's
   history and the state of any checkpoint.
@@ -24,6 +26,9 @@ carry stable CSS classes for browser tests:
 * :class:`OutboxMonitor`: the backlog chart, the quarantined rows and a button releasing them.
 * :class:`RestorePanel`: plan a restore from the plane (dry run), apply it, then resume the run
   with a value.
+* :class:`RowPicker`: a paged, sortable, searchable table of a frame's rows; selecting one
+  drives the views that act on it (``picker.on_select(lambda row: explorer.pick(row.thread_id))``,
+  or the restore panel's ``thread_id``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from durability.settings import Settings, format_duration
 from durability.sweep import HORIZONS, SweepPlan, plan_sweep
 from durability.widgets._parts import button, classed, guarded, message, show, table
 from durability.widgets.erase import EraseControls
+from durability.widgets.picking import RowPicker
 from durability.widgets.restore import RestorePanel
 
 if TYPE_CHECKING:
@@ -121,6 +127,14 @@ class StoreExplorer:
         self.thread.value = self.page[0] if self.page else None
         if not self.page:
             self._load_thread()
+
+    def pick(self, thread_id: str) -> None:
+        """Show the thread ``thread_id`` (what selecting it in a :class:`RowPicker` does): the
+        search becomes its id, so the picker's page starts at it."""
+        if self.search.value == thread_id:
+            self.find()
+        else:
+            self.search.value = thread_id
 
     def _load_thread(self) -> None:
         thread_id = self.thread.value
@@ -389,4 +403,11 @@ class OutboxMonitor:
         self.status.value = message(f"released {released} row(s) back into the outbox")
 
 
-__all__ = ["PICKER_PAGE", "OutboxMonitor", "RestorePanel", "RetentionPlanner", "StoreExplorer"]
+__all__ = [
+    "PICKER_PAGE",
+    "OutboxMonitor",
+    "RestorePanel",
+    "RetentionPlanner",
+    "RowPicker",
+    "StoreExplorer",
+]

@@ -102,6 +102,13 @@ class RestorePanel:
         if self.thread_id.value.strip():
             guarded(self.status, self.make_plan)
 
+    def pick(self, thread_id: str) -> None:
+        """Plan the restore of ``thread_id`` (what selecting it in a ``RowPicker`` does)."""
+        if self.thread_id.value == thread_id:
+            guarded(self.status, self.make_plan)
+        else:
+            self.thread_id.value = thread_id
+
     def make_plan(self) -> None:
         """Plan the restore of ``.thread_id`` (nothing is written) and show it."""
         self._forget_plan()

@@ -15,15 +15,17 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection as SAConnection
 
 from durability import codec
+from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.errors import LeaseHeld, LeaseLost, ParkRefused
 from durability.model import Lease, Park, ThreadRecord
 from durability.settings import Retention
-from durability.stores.ledger import Ledger, lease_held_message, lease_lost_message
+from durability.stores.ledger import Ledger, RunStart, lease_held_message, lease_lost_message
 from durability.stores.parks import Parks, park_exists_message
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
+    delta,
     duration,
     micros,
     parks,
@@ -69,6 +71,63 @@ class SQLLedger(Ledger):
                 declared_waiting=duration(retention.waiting),
                 declared_finished=duration(retention.finished),
             )
+
+    @reconnecting
+    def _start_many(self, starts: list[RunStart], now: datetime, action: str) -> None:
+        rows = [
+            {
+                "tkey": thread_key(s.thread_id),
+                "thread_id": s.thread_id,
+                "owner": s.owner,
+                "run_id": s.run_id,
+                "started_at": to_micros(now),
+                "declared_waiting": duration(s.retention.waiting if s.retention else None),
+                "declared_finished": duration(s.retention.finished if s.retention else None),
+            }
+            for s in starts
+        ]
+        with self.store.db.write(action) as conn:
+            for chunk in chunks([s.thread_id for s in starts]):
+                self.store.tombstones.refuse_any(conn, chunk, action)
+            self._upsert_many(conn, rows)
+
+    @reconnecting
+    def _declared(self, thread_ids: list[str]) -> dict[str, Retention | None]:
+        columns = (threads.c.thread_id, threads.c.declared_waiting, threads.c.declared_finished)
+        found: dict[str, Retention | None] = {}
+        with self.store.db.read("read declared retentions") as conn:
+            for chunk in chunks([thread_key(t) for t in thread_ids]):
+                for row in conn.execute(sa.select(*columns).where(threads.c.tkey.in_(chunk))):
+                    if row.declared_waiting is not None or row.declared_finished is not None:
+                        found[row.thread_id] = Retention(
+                            waiting=delta(row.declared_waiting),
+                            finished=delta(row.declared_finished),
+                        )
+        return found
+
+    @reconnecting
+    def _mark_many(self, marks: list[tuple[str, datetime, datetime]]) -> None:
+        rows = [
+            {
+                "tkey": thread_key(t),
+                "thread_id": t,
+                "finished_at": to_micros(finished_at),
+                "due_at": to_micros(due),
+            }
+            for t, finished_at, due in marks
+        ]
+        with self.store.db.write("mark threads finished") as conn:
+            self._upsert_many(conn, rows)
+
+    def _upsert_many(self, conn: SAConnection, rows: list[dict[str, Any]]) -> None:
+        """Insert or update the ledger rows (one thread each), by their thread key."""
+        stmt = self.store.insert_stmt(threads)
+        changed = [c for c in rows[0] if c not in ("tkey", "thread_id")]
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["tkey"], set_={c: stmt.excluded[c] for c in changed}
+        )
+        for chunk in chunks(rows):
+            conn.execute(stmt, chunk)
 
     @reconnecting
     def _mark(self, thread_id: str, finished_at: datetime, due: datetime) -> None:

@@ -43,6 +43,8 @@ class Statements:
     """The put and read statements of one store, built once (and per query shape, cached)."""
 
     _INSERTED = (*STORED_FIELDS, "tkey", "ckey")
+    #: The columns :attr:`insert` writes, in :meth:`insert_params`'s order (without its last).
+    inserted = _INSERTED
 
     def __init__(self, dialect: sa.Dialect, schema: str | None) -> None:
         quote = dialect.identifier_preparer.quote
@@ -50,16 +52,20 @@ class Statements:
         def table(t: sa.Table) -> str:
             return f"{quote(schema)}.{quote(t.name)}" if schema else quote(t.name)
 
-        self.mark = mark = "?" if dialect.paramstyle == "qmark" else "%s"
+        self.mark = "?" if dialect.paramstyle == "qmark" else "%s"
         self.table = table(checkpoints)
-        # Postgres compares text in the database's collation; "C" is code point order, which
-        # is what LangGraph's string comparison of checkpoint ids means.
-        self.by_id = (
-            'checkpoint_id COLLATE "C"' if dialect.name == "postgresql" else "checkpoint_id"
-        )
+        self.writes_table = table(writes)
         #: SQLite's rebuilt table (version 15): ids indexed as they are, ``(thread_id,
         #: namespace, checkpoint_id)``, and a seq computed above the floor (see ``rebuild.py``).
         self.sqlite = self.id_indexed = dialect.name == "sqlite"
+        self._cache: dict[tuple[Any, ...], str] = {}
+        self._put_statement(dialect, quote, table(meta_table), table(tombstones))
+        self._read_statements(quote)
+        self._sweep_statements(table)
+
+    def _put_statement(self, dialect: sa.Dialect, quote: Any, meta: str, stones: str) -> None:
+        """:attr:`insert`: a checkpoint's row, refused (no row back) for an erased thread."""
+        mark = self.mark
         names = ", ".join(quote(c) for c in self._INSERTED)
         if dialect.name == "postgresql":  # a SELECT list does not take the columns' types
             marks = ", ".join(
@@ -69,13 +75,20 @@ class Statements:
             marks = ", ".join([mark] * len(self._INSERTED))
         #: The erased-thread check rides the insert: no row comes back for a tombstoned thread
         #: (one more index probe; an erase locks the table, so the check cannot race it).
-        self.tombstones = table(tombstones)
+        self.tombstones = stones
         if self.sqlite:
-            names, marks = f"seq, {names}", f"{self._next_seq(table(meta_table))}, {marks}"
+            names, marks = f"seq, {names}", f"{self._next_seq(meta)}, {marks}"
         self.insert = (
             f"INSERT INTO {self.table} ({names}) SELECT {marks} WHERE NOT EXISTS "  # noqa: S608
-            f"(SELECT 1 FROM {self.tombstones} WHERE ekey = {mark}) RETURNING seq"
+            f"(SELECT 1 FROM {stones} WHERE ekey = {mark}) RETURNING seq"
         )
+
+    def _read_statements(self, quote: Any) -> None:
+        """The column lists, :attr:`get`, and the pending writes a saver reads with a row."""
+        mark = self.mark
+        # Postgres compares text in the database's collation; "C" is code point order, which
+        # is what LangGraph's string comparison of checkpoint ids means.
+        self.by_id = 'checkpoint_id COLLATE "C"' if not self.sqlite else "checkpoint_id"
         self.columns = ", ".join(quote(c) for c in (*STORED_FIELDS, "seq"))
         #: :attr:`columns` of the checkpoints table aliased ``c`` in a join.
         self.qualified_columns = ", ".join("c." + quote(c) for c in (*STORED_FIELDS, "seq"))
@@ -84,12 +97,28 @@ class Statements:
             by_ids = f"tkey = {mark} AND ckey = {mark} AND {by_ids}"
         self.get = f"SELECT {self.columns} FROM {self.table} WHERE {by_ids}"  # noqa: S608
         self.write_columns = ", ".join(quote(c) for c in WRITE_FIELDS)
-        self.writes_table = table(writes)
-        self._cache: dict[tuple[Any, ...], str] = {}
-        # The sweep's statements on Postgres, over a batch of (tkey, thread_id) pairs sent once:
-        # the keys as one comma-joined text (hex never holds a comma), the ids as a binary array
-        # (psycopg dumps a text array with a regex match per element, and placeholder lists of
-        # 1,000 cost it more to parse than the deletes). Each deletes or reads by the pair.
+        # A row's pending writes as one JSON text, an array of [id, task_id, idx, channel,
+        # value, task_path]: a saver reads a checkpoint and its writes in one statement.
+        item = "w.id, w.task_id, w.idx, w.channel, w.value, w.task_path"
+        agg = (
+            f"json_group_array(json_array({item}))"
+            if self.sqlite
+            else f"json_agg(json_build_array({item}))::text"
+        )
+        #: The extra column of :meth:`select_with_writes`, correlated to the row aliased ``c``.
+        self._writes_column = (
+            f"(SELECT {agg} FROM {self.writes_table} AS w "  # noqa: S608
+            "WHERE w.tkey = c.tkey AND w.ckey = c.ckey AND w.thread_id = c.thread_id "
+            "AND w.namespace = c.namespace AND w.checkpoint_id = c.checkpoint_id)"
+        )
+
+    def _sweep_statements(self, table: Any) -> None:
+        """The sweep's statements on Postgres, over a batch of (tkey, thread_id) pairs sent once.
+
+        The keys go as one comma-joined text (hex never holds a comma), the ids as a binary
+        array (psycopg dumps a text array with a regex match per element, and placeholder lists
+        of 1,000 cost it more to parse than the deletes). Each deletes or reads by the pair.
+        """
         ids = (
             "WITH ids AS (SELECT * FROM unnest(string_to_array(%s, ','), %b::text[]) "
             "AS ids (tkey, thread_id))"
@@ -145,6 +174,24 @@ class Statements:
         if query.limit is not None and query.limit != 1:
             params.append(query.limit)
         return self._thread_rows(query), params
+
+    def select_with_writes(self, query: Select) -> tuple[str, list[Any]]:
+        """:meth:`select` with one more column: the pending writes of each row, as JSON text.
+
+        For a saver's read of one checkpoint (by id or the greatest id), which then needs no
+        second statement (on Postgres, no second round trip).
+        """
+        sql, params = self.select(query)
+        key = ("with_writes", sql)
+        found = self._cache.get(key)
+        if found is None:
+            plain = f"SELECT {self.columns} FROM {self.table}"  # noqa: S608
+            assert sql.startswith(plain)
+            found = self._cache[key] = (
+                f"SELECT {self.columns}, {self._writes_column} FROM {self.table} AS c"  # noqa: S608
+                + sql[len(plain) :]
+            )
+        return found, params
 
     def _thread_rows(self, query: Select) -> str:
         """A thread's rows (in one namespace, after a seq, before an id), in the asked order."""

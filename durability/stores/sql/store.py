@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -24,6 +25,7 @@ from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
 from durability.stores.sealing import Reseal
+from durability.stores.sql.bulk import PostgresBulk
 from durability.stores.sql.engine import (
     Database,
     Options,
@@ -122,6 +124,8 @@ class SQLStore(Store):
         self.outbox = SQLOutbox(self)
         self.scans = SQLScans(self)
         self.tombstones: SQLTombstones = SQLTombstones(self)
+        if provider == "postgres":
+            self.bulk = PostgresBulk(self)
 
     def close(self) -> None:
         self.db.close()
@@ -318,30 +322,48 @@ class SQLStore(Store):
         return [encoded(r) for r in self.db.execute(query.action, sql, params)]
 
     @reconnecting
+    def _select_with_writes(
+        self, query: Select
+    ) -> tuple[EncodedCheckpoint, list[EncodedWrite]] | None:
+        sql, params = self.sql.select_with_writes(query)
+        found = self.db.execute(query.action, sql, params)
+        if not found:
+            return None
+        *columns, items = found[0]
+        row = encoded(columns)
+        ids = (row.thread_id, row.namespace, row.checkpoint_id)
+        # Each item is [id, task_id, idx, channel, value, task_path]; the id gives write order.
+        return row, [EncodedWrite(*ids, *w[1:]) for w in sorted(orjson.loads(items or "[]"))]
+
+    @reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
-        regular = [write_values(w) for w in rows if w.idx >= 0]
-        special = [write_values(w) for w in rows if w.idx < 0]
         action = "store pending writes"
         with self.db.write(action) as conn:
-            if regular:
-                conn.execute(
-                    self.insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
-                    regular,
-                )
-            if special:
-                stmt = self.insert_stmt(writes)
-                conn.execute(
-                    stmt.on_conflict_do_update(
-                        index_elements=["wkey"],
-                        set_={
-                            "channel": stmt.excluded.channel,
-                            "value": stmt.excluded.value,
-                            "task_path": stmt.excluded.task_path,
-                        },
-                    ),
-                    special,
-                )
-            self.tombstones.refuse_any(conn, [w.thread_id for w in rows], action)
+            self.write_rows(conn, rows, action)
+
+    def write_rows(self, conn: SAConnection, rows: list[EncodedWrite], action: str) -> None:
+        """Store pending writes on ``conn`` (inside the caller's transaction), LangGraph's rules."""
+        regular = [write_values(w) for w in rows if w.idx >= 0]
+        special = [write_values(w) for w in rows if w.idx < 0]
+        if regular:
+            conn.execute(
+                self.insert_stmt(writes).on_conflict_do_nothing(index_elements=["wkey"]),
+                regular,
+            )
+        if special:
+            stmt = self.insert_stmt(writes)
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["wkey"],
+                    set_={
+                        "channel": stmt.excluded.channel,
+                        "value": stmt.excluded.value,
+                        "task_path": stmt.excluded.task_path,
+                    },
+                ),
+                special,
+            )
+        self.tombstones.refuse_any(conn, [w.thread_id for w in rows], action)
 
     @reconnecting
     def _select_writes(
