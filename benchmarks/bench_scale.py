@@ -2,13 +2,15 @@
 
 Run with ``python benchmarks/bench_scale.py --checkpoints 1000000 [--threads N] [--no-write]``.
 It builds a SQLite store of that many checkpoints once, by bulk SQL (five rows per thread by
-default: a start, three steps and a run end; a ~800-byte state; times spread over 60 days; the
-ledger filled; all but the newest 1,000 rows acknowledged by a plane), under
+default: a start, steps and a run end; states of ~1 KB with a tail of 8 KB and 2 MB ones;
+times spread over 60 days; the ledger filled; all but the newest 1,000 rows acknowledged by a
+plane; the indexes made after the load), under
 ``benchmarks/.scratch/`` (git-ignored) and reuses it on later runs. Then it executes each
 notebook once on it through ``durability.bundle.execute`` in a process of its own, and reads
 the peak resident memory of that process's kernel (``RUSAGE_CHILDREN`` once the kernel has
-exited). Targets: 60 s and 2 GB per notebook. Never run by ``.ci/run``; building 10,000,000
-rows takes a long time on a 2-core machine (the build's own time is printed).
+exited). Targets: 60 s and 2 GB per notebook. Never run by ``.ci/run``; ``--build-only`` builds
+(10,000,000 rows: 17 GB, about 40 minutes on a loaded 2-core machine), ``--only NAME`` runs
+one notebook, ``--timeout`` is nbclient's per-cell limit.
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def _rows(checkpoints: int, threads: int, columns: list[str]) -> Iterator[tuple[
             )
 
 
-def run_one(name: str, store_url: str, out: Path) -> None:
+def run_one(name: str, store_url: str, out: Path, timeout: float) -> None:
     """Execute one notebook (in this process); print its seconds and its kernel's peak RSS."""
     params: dict[str, object] = {"store_url": store_url, "output_dir": str(out / "charts")}
     if name == "plan_retention.ipynb":
@@ -176,7 +178,7 @@ def run_one(name: str, store_url: str, out: Path) -> None:
     started = time.perf_counter()
     error = None
     try:
-        bundle.execute(bundle.notebook(name), params, out / "executed", cwd=out, timeout=1800)
+        bundle.execute(bundle.notebook(name), params, out / "executed", cwd=out, timeout=timeout)
     except Exception as exc:  # the figure is recorded with the failure, not lost
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     seconds = time.perf_counter() - started
@@ -191,13 +193,14 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--build-only", action="store_true", help="build (or reuse) the store")
     parser.add_argument("--only", action="append", help="this notebook only (repeatable)")
+    parser.add_argument("--timeout", type=float, default=1800, help="per notebook, seconds")
     parser.add_argument(
         "--run-one", nargs=3, metavar=("NAME", "URL", "OUT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.run_one:
         name, url, out = args.run_one
-        run_one(name, url, Path(out))
+        run_one(name, url, Path(out), args.timeout)
         return
     threads = args.threads or max(1, args.checkpoints // 5)
     SCRATCH.mkdir(exist_ok=True)
@@ -218,7 +221,16 @@ def main() -> None:
         out = SCRATCH / f"run-{path.stem}"
         out.mkdir(exist_ok=True)
         answer = subprocess.run(
-            [sys.executable, __file__, "--run-one", name, f"sqlite:///{path}", str(out)],
+            [
+                sys.executable,
+                __file__,
+                "--timeout",
+                str(args.timeout),
+                "--run-one",
+                name,
+                f"sqlite:///{path}",
+                str(out),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -237,7 +249,8 @@ def main() -> None:
     lines = [
         f"`python benchmarks/bench_scale.py --checkpoints {args.checkpoints}` — "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}; "
-        f"{platform.machine()}, load average {load} at the start. A SQLite store of "
+        f"{platform.machine()}, load average {load} at the start and "
+        f"{Path('/proc/loadavg').read_text().split()[0]} at the end. A SQLite store of "
         f"{args.checkpoints:,} checkpoints over {threads:,} threads ({size_mb:,.0f} MB, {built}); "
         "each notebook executed once in a fresh kernel, no plane (its sections skipped); peak "
         "resident memory of the kernel process.",
