@@ -19,6 +19,7 @@ section of benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sqlite3
 import statistics
@@ -187,6 +188,7 @@ def main() -> None:
         built = time.perf_counter() - started
         how = f"built in {built:.0f} s" if built > 1 else "reused (built by this script)"
         print(f"{threads * PER_THREAD + BREAKS:,} checkpoints: {how}", flush=True)
+        load = os.getloadavg()[0]
         ours, peer, found = [], [], {}
         for run in range(args.runs):
             if run % 2:  # alternate which goes first
@@ -217,7 +219,8 @@ checkpoint, a chain broken in the middle, a ledger record of an empty thread), b
 the bulk calls ({how}). Timed: `diagnose(store)` (every check that applies to SQLite)
 on a fresh handle, beside SQLite's own `PRAGMA quick_check` on the same file; medians of
 {args.runs} runs, alternating which goes first; {platform.python_version()}, SQLite
-{sqlite3.sqlite_version}, 2-core shared machine.
+{sqlite3.sqlite_version}, 2-core machine shared with other jobs (1-minute load {load:.1f} at the
+start of the runs).
 
 | measure | median (s) | target |
 | --- | ---: | --- |

@@ -92,6 +92,25 @@ def pg_langgraph() -> Iterator[tuple[str, Any]]:
         engine.dispose()
 
 
+def fastaiagent_sdk(*args: str, cwd: Path) -> str:
+    """What the real fastaiagent SDK printed, run on ``args`` by ``tests/fastaiagent_runs.py``
+    in a subprocess in ``cwd`` (its failure fails the test with the SDK's error)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "fastaiagent_runs.py"
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 def redis_admin() -> object:
     """A redis client on the test server, or a skip/fail when the server is missing."""
     import redis

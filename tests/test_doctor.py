@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from conftest import fastaiagent_sdk
 
 import durability
 from durability import Checkpoint, PendingWrite, frames
@@ -272,15 +273,52 @@ def test_a_store_of_another_generation_is_named_alone(target: StoreTarget) -> No
 
 
 def test_the_demo_store_is_whole(replicated_demo: str) -> None:
-    """`durability doctor` on the demo store finds no break and exits 0; what it notes is the
-    sweep's pending work (the demo's history never ran a sweep, for plan_retention to show)."""
+    """`durability doctor` on the demo store finds no error and no warning, says "is whole" and
+    exits 0, in text and in JSON. What it notes (severity info) is the sweep's pending work,
+    kept on purpose: the demo's six weeks never ran a sweep, so that plan_retention and the
+    sweep preview have something to show (decision 0115)."""
     result = CliRunner().invoke(cli, ["doctor", replicated_demo, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["clean"]
     assert report["counts"]["error"] == report["counts"]["warning"] == 0
+    assert {p["severity"] for p in report["problems"]} == {"info"}
     assert {p["check"] for p in report["problems"]} == {"finished_past_due", "park_past_deadline"}
+    assert all(p["fix"].startswith("durability sweep") for p in report["problems"])
     assert "missing_parent" in report["checks"]
+    text = CliRunner().invoke(cli, ["doctor", replicated_demo])
+    assert text.exit_code == 0, text.output
+    verdict = text.output.splitlines()[0]
+    assert " is whole: " in verdict
+    assert "error" not in verdict
+    assert "warning" not in verdict
+    assert "WARNING" not in text.output
+    assert "ERROR" not in text.output
+
+
+def test_the_demos_notes_after_a_sweep_are_what_it_spares(
+    replicated_demo: str, tmp_path: Path
+) -> None:
+    """On a copy of the demo store, `durability sweep` acts on the notes: what the doctor still
+    notes is only what the sweep spares on purpose (finished threads whose rows the plane does
+    not hold yet) and parks past their deadline whose threads wait out their retention."""
+    import shutil
+
+    source = Path(replicated_demo.removeprefix("sqlite:///"))
+    for suffix in ("", "-wal"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copy(f"{source}{suffix}", tmp_path / f"demo.db{suffix}")
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    before = json.loads(CliRunner().invoke(cli, ["doctor", url, "--json"]).output)
+    swept = CliRunner().invoke(cli, ["sweep", url, "--json"])
+    assert swept.exit_code == 0, swept.output
+    spared = {s["thread_id"] for s in json.loads(swept.output)["spared"]["finished"]}
+    after = json.loads(CliRunner().invoke(cli, ["doctor", url, "--json"]).output)
+    assert after["clean"]
+    assert len(after["problems"]) < len(before["problems"])
+    marks = {p["thread_id"] for p in after["problems"] if p["check"] == "finished_past_due"}
+    assert marks <= spared
+    assert {p["check"] for p in after["problems"]} <= {"finished_past_due", "park_past_deadline"}
 
 
 def test_the_cli_names_each_break_and_exits_1(tmp_path: Path) -> None:
@@ -568,24 +606,6 @@ def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None
     assert not [p for p in plans if "AUTOMATIC" in p]
 
 
-def _fastaiagent_sdk(*args: str, cwd: Path) -> str:
-    """Run the real fastaiagent SDK (tests/fastaiagent_runs.py) in a subprocess; its output."""
-    import subprocess
-    import sys
-
-    script = Path(__file__).parent / "fastaiagent_runs.py"
-    out = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
 def _fastaiagent_found(url: str) -> set[tuple[str, str | None, int]]:
     with durability.open(url, settings=SETTINGS) as store:
         problems = diagnose(store, now=datetime.now(UTC) + timedelta(hours=1)).problems
@@ -606,9 +626,9 @@ def test_a_fastaiagent_sqlite_store_is_whole_until_the_sdks_bugs_leave_rows(
     (a legacy row without checkpoint_id by hand), are each named; --fix refuses the store."""
     db = tmp_path / "local.db"
     url = f"fastaiagent+sqlite:///{db}"
-    _fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
+    fastaiagent_sdk("sqlite", str(db), cwd=tmp_path)
     assert _fastaiagent_found(url) == set()
-    _fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
+    fastaiagent_sdk("sqlite", str(db), "breaks", cwd=tmp_path)
     with sqlite3.connect(db) as conn:  # a legacy row: before schema v2, no checkpoint_id
         conn.execute(
             "UPDATE checkpoints SET checkpoint_id = NULL WHERE rowid = "
@@ -635,10 +655,10 @@ def test_a_fastaiagent_postgres_store_is_whole_until_the_sdks_bugs_leave_rows(
             conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
         server = POSTGRES_URL.split("://", 1)[1]
         dsn = f"postgresql://{server}"
-        _fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
+        fastaiagent_sdk("postgres", dsn, schema, cwd=tmp_path)
         url = f"fastaiagent+postgresql://{server}?schema={schema}"
         assert _fastaiagent_found(url) == set()
-        _fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
+        fastaiagent_sdk("postgres", dsn, schema, "breaks", cwd=tmp_path)
         assert _fastaiagent_found(url) == FASTAIAGENT_BREAKS
         with durability.open(url, settings=SETTINGS) as store:
             skipped = diagnose(store).skipped

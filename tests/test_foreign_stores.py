@@ -19,6 +19,7 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
+from conftest import fastaiagent_sdk
 from langchain_core.messages import AIMessage
 
 import durability
@@ -45,19 +46,6 @@ def pg_schema() -> Iterator[str]:
     with engine.begin() as conn:
         conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
     engine.dispose()
-
-
-def _sdk(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, str(HERE / "fastaiagent_runs.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
 
 
 def _digest(path: Path) -> dict[str, str]:
@@ -183,7 +171,7 @@ def fastaiagent_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     """A local.db written by the fastaiagent SDK in a subprocess, and what the SDK says it wrote."""
     work = tmp_path_factory.mktemp("fastaiagent")
     db = work / "local.db"
-    return db, json.loads(_sdk("sqlite", str(db), cwd=work).stdout)
+    return db, json.loads(fastaiagent_sdk("sqlite", str(db), cwd=work))
 
 
 def test_fastaiagent_sqlite_maps_what_the_sdk_wrote(
@@ -247,7 +235,7 @@ def test_fastaiagent_sqlite_reads_beside_a_live_sdk(
 
 def test_fastaiagent_postgres_maps_what_the_sdk_wrote(pg_schema: str, tmp_path: Path) -> None:
     """A fastaiagent Postgres schema reads like its SQLite twin (seq by created_at, no project ids)."""
-    written = json.loads(_sdk("postgres", PG, pg_schema, cwd=tmp_path).stdout)
+    written = json.loads(fastaiagent_sdk("postgres", PG, pg_schema, cwd=tmp_path))
     with durability.open(
         f"fastaiagent+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}",
         settings=SETTINGS,

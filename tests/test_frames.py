@@ -547,11 +547,11 @@ def fastaiagent_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[
     """A local.db written by the real fastaiagent SDK, and what the SDK says it wrote."""
     import json
 
-    from test_foreign_stores import _sdk
+    from conftest import fastaiagent_sdk
 
     work = tmp_path_factory.mktemp("fastaiagent-frames")
     db = work / "local.db"
-    return db, json.loads(_sdk("sqlite", str(db), cwd=work).stdout)
+    return db, json.loads(fastaiagent_sdk("sqlite", str(db), cwd=work))
 
 
 def test_frames_of_a_fastaiagent_store(fastaiagent_db: tuple[Any, dict[str, Any]]) -> None:

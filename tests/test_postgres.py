@@ -233,7 +233,7 @@ def test_sessions_are_named_and_pooled(admin: Any, schema: str) -> None:
         assert store.db.engine.pool.size() == 2  # type: ignore[attr-defined]
         with admin.connect() as conn:
             names = conn.exec_driver_sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'durability' AND datname = 'test'"
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'durability' AND datname = current_database()"
             ).scalar()
         assert names >= 1
 

@@ -77,6 +77,20 @@ def add(key: str, value: Any = True) -> Callable[[Any, RunContext], Any]:
     return step
 
 
+def fails_once(key: str, error: Exception) -> tuple[Callable[[Any, RunContext], Any], list[int]]:
+    """A step that raises ``error`` on its first call and then sets ``key``, and the list of
+    its calls (one entry each)."""
+    calls: list[int] = []
+
+    def step(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return {**state, key: True}
+
+    return step, calls
+
+
 def shape(store: Store, thread_id: str) -> list[tuple[str, str | None, str]]:
     return [(c.node_id, c.step_type, c.status) for c in read_thread(store, thread_id)]
 
@@ -181,14 +195,7 @@ def test_completed_run_is_refused_and_store_left_alone(store: Store) -> None:
 
 def test_failed_run_resumes_after_its_last_real_step_in_seq_order(store: Store) -> None:
     """A failed run resumes after its own last step: seq order over the whole thread, not node index or 500 rows."""
-    attempts: list[int] = []
-
-    def flaky(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-        attempts.append(1)
-        if len(attempts) == 1:
-            raise ConnectionError("upstream down")
-        return {**state, "s2": True}
-
+    flaky, attempts = fails_once("s2", ConnectionError("upstream down"))
     runner = Runner("flaky", [add("s0"), add("s1"), ("s2", flaky), add("s3")])
     # An earlier run on the thread left 600 rows at the highest step index: a node-index order,
     # or a 500-row window, would pick one of them as "the last real step".
@@ -240,15 +247,8 @@ def test_failed_run_resumes_after_its_last_real_step_in_seq_order(store: Store) 
 
 def test_run_failing_in_its_first_step_resumes_from_its_input(store: Store) -> None:
     """The run-start row holds the input, so a run that failed before any step resumes from step one."""
-    calls: list[int] = []
-
-    def first(state: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("cold start")
-        return {**state, "first": True}
-
-    runner = Runner("cold", [first])
+    first, _ = fails_once("first", RuntimeError("cold start"))
+    runner = Runner("cold", [("first", first)])
     failed = runner.start(store, {"input": 7})
     assert failed.last_step is None
     assert runner.resume(store, failed.thread_id).state == {"input": 7, "first": True}

@@ -147,8 +147,13 @@ def _show(diagnosis: Any) -> None:
         click.echo(f"{diagnosis.store} is whole: {ran} found nothing")
         return
     counts = ", ".join(f"{n} {s}" for s, n in diagnosis.counts().items() if n)
-    verdict = "is whole" if diagnosis.clean else "is broken"
-    click.echo(f"{diagnosis.store} {verdict}: {ran} found {len(diagnosis.problems)} ({counts})")
+    if diagnosis.clean:  # only notes: the sweep's pending work, not a break
+        click.echo(
+            f"{diagnosis.store} is whole: {ran} found nothing broken; {len(diagnosis.problems)} "
+            "notes (info: the sweep's pending work, `durability sweep` acts on it)"
+        )
+    else:
+        click.echo(f"{diagnosis.store} is broken: {ran} found {len(diagnosis.problems)} ({counts})")
     for p in diagnosis.problems:
         thread = f" thread {p.thread_id!r}" if p.thread_id is not None else ""
         click.echo(f"\n{p.severity.upper()} {p.check}{thread} ({p.rows} rows): {p.detail}")

@@ -10,6 +10,7 @@ from typing import Any
 from durability.doctor import reads
 from durability.doctor.model import Check, Context
 from durability.doctor.reads import header
+from durability.humanize import format_age
 from durability.model import STEP_RUN_END, ThreadRecord
 from durability.stores.rows import Select
 
@@ -103,11 +104,12 @@ def _finished_overdue(ctx: Context) -> Iterator[Finding]:
     for record in _records(ctx, "due", ctx.now - ctx.overdue):
         if record.due_at is None or (record.lease is not None and record.lease.live(ctx.now)):
             continue
+        late = format_age(ctx.now - record.due_at)
         yield (
             record.thread_id,
             [record.thread_id],
-            f"marked finished, due {record.due_at.isoformat()}, more than {ctx.overdue} ago: "
-            "the sweep has not run (or keeps sparing it)",
+            f"marked finished, due {record.due_at.isoformat()} ({late} ago, over --overdue "
+            f"{format_age(ctx.overdue)}): the sweep has not run (or keeps sparing it)",
         )
 
 

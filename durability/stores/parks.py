@@ -9,9 +9,11 @@ run must be readable by whichever worker later resumes it. A SQLite store opened
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from durability import codec
 from durability._util import redact_url, short
 from durability.errors import ParkRefused
 from durability.model import INTERRUPTED, STEP_HITL_PAUSE, Checkpoint, Park
@@ -23,6 +25,39 @@ from durability.stores.rows import EncodedCheckpoint, stored
 
 if TYPE_CHECKING:
     from durability.stores.base import Store
+
+
+#: A park's fields every backend keeps as they are (its context is kept as codec text, its
+#: times as each backend keeps times).
+_PARK_TEXTS = (
+    "thread_id",
+    "run_id",
+    "checkpoint_id",
+    "node_id",
+    "runner",
+    "reason",
+    "deadline_source",
+)
+
+
+def park_texts(park: Park) -> dict[str, str]:
+    """What every backend keeps of a park but its times: its text fields, and its context as
+    codec text."""
+    texts = {name: getattr(park, name) for name in _PARK_TEXTS}
+    texts["context"] = codec.dumps(park.context, path="park.context")
+    return texts
+
+
+def park_from_texts(
+    texts: Mapping[str, Any], deadline: datetime, created_at: datetime | None
+) -> Park:
+    """The park :func:`park_texts` kept as ``texts``, with its times."""
+    return Park(
+        **{name: texts[name] for name in _PARK_TEXTS},
+        context=codec.loads(texts["context"], path="park.context"),
+        deadline=deadline,
+        created_at=created_at,
+    )
 
 
 class Parks(Capability, ABC):

@@ -30,6 +30,7 @@ from durability.stores.rows import (
     CheckpointRow,
     EncodedCheckpoint,
     EncodedWrite,
+    SaverRow,
     WriteRow,
     utf8_len,
 )
@@ -86,7 +87,7 @@ def open_checkpoint(store: Store, row: CheckpointRow, action: str) -> Checkpoint
     return row.decode(opened_state(store, row, action))
 
 
-def opened_state(store: Store, row: EncodedCheckpoint, action: str) -> str:
+def opened_state(store: Store, row: EncodedCheckpoint | SaverRow, action: str) -> str:
     """``row``'s state as codec text: opened when sealed (or refused by the rules above)."""
     text, sealer = row.state, store.sealer
     if text.startswith(ENVELOPE_PREFIX):
@@ -121,24 +122,12 @@ def carry_checkpoint(
     re-sealed for its new thread (its associated data binds the old one), a clear state is
     sealed when ``dst`` encrypts; anything else is carried as it is (a re-encryption can move it
     under ``dst``'s current key later)."""
-    text, renamed = row.state, target != row.thread_id
+    text = row.state
+    if text.startswith(ENVELOPE_PREFIX) and target == row.thread_id:
+        return replace(row, seq=None)
     ids = (target, row.namespace, row.checkpoint_id, "state")
-    if text.startswith(ENVELOPE_PREFIX):
-        if not renamed:
-            return replace(row, seq=None)
-        opener = src.sealer or dst.sealer
-        if opener is None or dst.sealer is None:
-            raise _encrypted(
-                src,
-                "copy a sealed checkpoint to another thread id",
-                row.thread_id,
-                row.checkpoint_id,
-                text,
-            )
-        new = dst.sealer.seal(opener.open(text, *_ids(row, "state")), *ids)
-    elif dst.sealer is not None:
-        new = dst.sealer.seal(text, *ids)
-    else:
+    new = _carried(src, dst, text, _ids(row, "state"), ids, "checkpoint")
+    if new is None:
         return replace(row, thread_id=target, seq=None)
     size = row.size_bytes + utf8_len(new) - utf8_len(text)
     return replace(row, thread_id=target, seq=None, state=new, size_bytes=size)
@@ -146,28 +135,37 @@ def carry_checkpoint(
 
 def carry_write(src: Store, dst: Store, row: EncodedWrite, target: str) -> EncodedWrite:
     """A pending write as :func:`carry_checkpoint` carries a checkpoint."""
-    text, field = row.value, write_field(row.task_id, row.idx)
-    ids = (target, row.namespace, row.checkpoint_id, field)
+    text = row.value
+    if text.startswith(ENVELOPE_PREFIX) and target == row.thread_id:
+        return row
+    ids = (row.thread_id, row.namespace, row.checkpoint_id, write_field(row.task_id, row.idx))
+    value = _carried(src, dst, text, ids, (target, *ids[1:]), "pending write")
+    if value is None:
+        return replace(row, thread_id=target)
+    return replace(row, thread_id=target, value=value)
+
+
+def _carried(
+    src: Store,
+    dst: Store,
+    text: str,
+    ids: tuple[str, str, str, str],
+    new_ids: tuple[str, str, str, str],
+    what: str,
+) -> str | None:
+    """A payload text moving from ``ids`` in ``src`` to ``new_ids`` in ``dst``: a sealed one
+    opened and sealed again for its new ids, a clear one sealed when ``dst`` encrypts; ``None``
+    when it is carried as it is."""
     if text.startswith(ENVELOPE_PREFIX):
-        if target == row.thread_id:
-            return row
         opener = src.sealer or dst.sealer
         if opener is None or dst.sealer is None:
             raise _encrypted(
-                src,
-                "copy a sealed pending write to another thread id",
-                row.thread_id,
-                row.checkpoint_id,
-                text,
+                src, f"copy a sealed {what} to another thread id", ids[0], ids[2], text
             )
-        value = dst.sealer.seal(
-            opener.open(text, row.thread_id, row.namespace, row.checkpoint_id, field), *ids
-        )
-    elif dst.sealer is not None:
-        value = dst.sealer.seal(text, *ids)
-    else:
-        return replace(row, thread_id=target)
-    return replace(row, thread_id=target, value=value)
+        return dst.sealer.seal(opener.open(text, *ids), *new_ids)
+    if dst.sealer is not None:
+        return dst.sealer.seal(text, *new_ids)
+    return None
 
 
 def _ids(row: EncodedCheckpoint, field: str) -> tuple[str, str, str, str]:

@@ -14,7 +14,7 @@ from durability.errors import (
 from durability.model import Checkpoint
 from durability.settings import Settings, declare_retention
 from durability.stores import Store, open_store
-from durability.testing.processes import process_context
+from durability.testing.processes import in_processes
 from durability.testing.suite import (
     START,
     StoreTarget,
@@ -123,20 +123,8 @@ def check_park_claim_across_processes(target: StoreTarget) -> None:
     """Two (and more) processes race for one park: exactly one wins."""
     with target.open() as store:
         store.park(Checkpoint(thread_id="t-xrace"), deadline=store.clock() + timedelta(days=1))
-    ctx = process_context()
-    start = ctx.Event()
-    out = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_claim_in_process, args=(target.url, target.options, "t-xrace", start, out)
-        )
-        for _ in range(3)
-    ]
-    for p in procs:
-        p.start()
-    start.set()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0, f"claimer exited with {p.exitcode}"
-    wins = [out.get(timeout=10) for _ in procs]
+    calls = [(target.url, target.options, "t-xrace")] * 3
+    codes, out = in_processes(_claim_in_process, calls, timeout=60)
+    assert codes == [0, 0, 0], f"claimers exited with {codes}"
+    wins = [out.get(timeout=10) for _ in codes]
     assert sum(wins) == 1, wins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +33,23 @@ def process_context() -> Any:
     return ctx
 
 
+def in_processes(
+    fn: Callable[..., None], calls: Sequence[tuple[Any, ...]], timeout: float
+) -> tuple[list[int | None], Any]:
+    """Run ``fn(*args, start, out)`` in a process of its own for each ``args`` of ``calls``,
+    all released at once by the event ``start``; wait up to ``timeout`` seconds for each.
+    Returns their exit codes and the queue ``out`` they answer on."""
+    ctx = process_context()
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=fn, args=(*args, start, out)) for args in calls]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(timeout)
+    return [p.exitcode for p in procs], out
+
+
 def _write_in_process(
     url: str, options: dict[str, Any], thread_id: str, worker: int, count: int, start: Any, out: Any
 ) -> None:
@@ -51,23 +69,11 @@ def _write_in_process(
 @requires("cross_process")
 def check_two_processes_write_one_thread(target: StoreTarget) -> None:
     """Two processes writing one thread lose nothing; seqs stay unique and each writer's order holds."""
-    ctx = process_context()
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_write_in_process,
-            args=(target.url, target.options, "t-two-procs", w, 40, start, out),
-        )
-        for w in range(2)
-    ]
-    for p in procs:
-        p.start()
-    start.set()
-    for p in procs:
-        p.join(120)
-    errors = [out.get(timeout=10) for _ in procs]
+    calls = [(target.url, target.options, "t-two-procs", w, 40) for w in range(2)]
+    codes, out = in_processes(_write_in_process, calls, timeout=120)
+    errors = [out.get(timeout=10) for _ in codes]
     assert errors == [None, None], errors
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    assert codes == [0, 0], codes
     with target.open() as store:
         seqs = assert_writers_ordered(store.history("t-two-procs"), "p", 2, 40)
         latest = store.latest("t-two-procs")

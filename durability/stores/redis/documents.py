@@ -14,11 +14,11 @@ from typing import Any
 
 import orjson
 
-from durability import codec
 from durability.clock import from_micros, to_micros
 from durability.errors import StoreError
 from durability.model import Lease, OutboxEntry, Park, ThreadRecord
 from durability.stores.outbox import PendingSpan
+from durability.stores.parks import park_from_texts, park_texts
 from durability.stores.rows import (
     ID_FIELDS,
     PAYLOAD_FIELDS,
@@ -189,16 +189,9 @@ def park_doc(park: Park) -> bytes:
     """A park's document."""
     return orjson.dumps(
         {
-            "thread_id": park.thread_id,
-            "run_id": park.run_id,
-            "checkpoint_id": park.checkpoint_id,
-            "node_id": park.node_id,
-            "runner": park.runner,
-            "reason": park.reason,
-            "context": codec.dumps(park.context, path="park.context"),
+            **park_texts(park),
             "deadline": str(to_micros(park.deadline)),
             "created_at": None if park.created_at is None else str(to_micros(park.created_at)),
-            "deadline_source": park.deadline_source,
         }
     )
 
@@ -207,17 +200,10 @@ def unpark(data: bytes) -> Park:
     """A park's document back as a :class:`Park`."""
     fields = orjson.loads(data)
     created = fields["created_at"]
-    return Park(
-        thread_id=fields["thread_id"],
-        run_id=fields["run_id"],
-        checkpoint_id=fields["checkpoint_id"],
-        node_id=fields["node_id"],
-        runner=fields["runner"],
-        reason=fields["reason"],
-        context=codec.loads(fields["context"], path="park.context"),
-        deadline=from_micros(int(fields["deadline"])),
-        created_at=None if created is None else from_micros(int(created)),
-        deadline_source=fields["deadline_source"],
+    return park_from_texts(
+        fields,
+        from_micros(int(fields["deadline"])),
+        None if created is None else from_micros(int(created)),
     )
 
 

@@ -14,14 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection as SAConnection
 
-from durability import codec
 from durability._util import chunks
 from durability.clock import from_micros, to_micros
 from durability.errors import LeaseHeld, LeaseLost, ParkRefused
 from durability.model import Lease, Park, ThreadRecord
 from durability.settings import Retention
 from durability.stores.ledger import Ledger, RunStart, lease_held_message, lease_lost_message
-from durability.stores.parks import Parks, park_exists_message
+from durability.stores.parks import Parks, park_exists_message, park_from_texts, park_texts
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.schema import (
@@ -272,29 +271,11 @@ def lease_of(row: Any) -> Lease | None:
 def _park_values(park: Park) -> dict[str, Any]:
     return {
         "tkey": thread_key(park.thread_id),
-        "thread_id": park.thread_id,
-        "run_id": park.run_id,
-        "checkpoint_id": park.checkpoint_id,
-        "node_id": park.node_id,
-        "runner": park.runner,
-        "reason": park.reason,
-        "context": codec.dumps(park.context, path="park.context"),
+        **park_texts(park),
         "deadline": to_micros(park.deadline),
         "created_at": micros(park.created_at),
-        "deadline_source": park.deadline_source,
     }
 
 
 def _park(row: Any) -> Park:
-    return Park(
-        thread_id=row.thread_id,
-        run_id=row.run_id,
-        checkpoint_id=row.checkpoint_id,
-        node_id=row.node_id,
-        runner=row.runner,
-        reason=row.reason,
-        context=codec.loads(row.context, path="park.context"),
-        deadline=from_micros(row.deadline),
-        created_at=time_of(row.created_at),
-        deadline_source=row.deadline_source,
-    )
+    return park_from_texts(row._mapping, from_micros(row.deadline), time_of(row.created_at))
