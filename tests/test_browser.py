@@ -338,6 +338,12 @@ def test_pressing_restore_then_resume_on_the_second_run(browser: Any, lab: Lab) 
     status = page.locator(".durability-restore-status").first
     status.wait_for()
     panel = page.locator(".durability-restore")
+    # The plan's table is an interactive one: the notebook loaded the tables' script first.
+    page.wait_for_function(
+        "sel => !document.querySelector(sel).innerText.includes('Loading ITables')",
+        arg=".durability-restore-plan-table",
+        timeout=30_000,
+    )
     button = panel.get_by_role("button", name="Restore", exact=True)
     button.wait_for(timeout=60_000)
     button.scroll_into_view_if_needed()

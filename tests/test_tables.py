@@ -76,3 +76,12 @@ def test_text_table_lines_up_people_units_and_cuts_ids() -> None:
     assert "5.0 MiB" in lines[3]
     width = header.index("newest_at")
     assert all(line[width : width + 10].startswith("2026-11-0") for line in lines)
+
+
+def test_an_empty_frame_is_one_empty_page_with_its_header() -> None:
+    empty = _threads().iloc[:0]
+    found = tables.page(empty, search="chat", sort="size_bytes")
+    assert (found.matches, found.number, found.pages) == (0, 0, 1)
+    header, lines = tables.text_table(empty)
+    assert header.split() == ["thread_id", "owner", "size_bytes", "newest_at"]
+    assert lines == []

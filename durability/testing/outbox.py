@@ -15,6 +15,7 @@ from durability.testing.suite import (
     StoreTarget,
     check,
     raises,
+    requires,
     sample,
 )
 
@@ -49,13 +50,13 @@ def check_outbox(target: StoreTarget) -> None:
 
 
 @check
+@requires("outbox")
 def check_outbox_marks(target: StoreTarget) -> None:
     """Attempts, synced and quarantined marks, releases and the drain's ack, as entries show them."""
     clock = FrozenClock(START)
     with target.open(clock=clock) as store:
-        if store.outbox is None:
-            return
         outbox = store.outbox
+        assert outbox is not None  # @requires("outbox")
         rows = [store.put(sample("t-out", n, project_id="p1" if n % 2 else "p2")) for n in range(6)]
         keys = [(c.thread_id, c.seq or 0) for c in rows]
         outbox.record_attempt(keys[:2], "HTTP 503")
@@ -88,14 +89,14 @@ def check_outbox_marks(target: StoreTarget) -> None:
 
 
 @check
+@requires("outbox")
 def check_outbox_history(target: StoreTarget) -> None:
     """A release keeps what happened: the span the row was pending before its quarantine is in
     the history, the row is pending again from the release, and the plane's ack keeps that."""
     clock = FrozenClock(START)
     with target.open(clock=clock) as store:
-        if store.outbox is None:
-            return
         outbox = store.outbox
+        assert outbox is not None  # @requires("outbox")
         row = store.put(sample("t-history", 0, project_id="p1"))
         key = (row.thread_id, row.seq or 0)
         clock.advance(timedelta(minutes=5))
@@ -129,13 +130,13 @@ def check_outbox_history(target: StoreTarget) -> None:
 
 
 @check
+@requires("outbox")
 def check_outbox_connections(target: StoreTarget) -> None:
     """A connection record makes a store replicate; a disconnect keeps it, forgetting drops it."""
     clock = FrozenClock(START)
     with target.open(clock=clock) as store:
-        if store.outbox is None:
-            return
         outbox = store.outbox
+        assert outbox is not None  # @requires("outbox")
         assert not store.replicates
         outbox.record_connection("p1", "http://plane.example")
         assert store.replicates
