@@ -61,6 +61,7 @@ from durability.stores.rows import (
     CheckpointRow,
     EncodedCheckpoint,
     EncodedWrite,
+    SaverRow,
     Select,
     StatusChange,
     WriteRow,
@@ -515,9 +516,11 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     def _select(self, query: Select) -> Sequence[CheckpointRow]:
         """The thread's rows that :class:`Select` asks for, in its order (empty if none)."""
 
-    def _select_with_writes(self, query: Select) -> tuple[CheckpointRow, Sequence[WriteRow]] | None:
+    def _select_with_writes(
+        self, query: Select
+    ) -> tuple[CheckpointRow | SaverRow, Sequence[WriteRow]] | None:
         """The first row ``query`` selects and its pending writes in write order, or ``None``
-        (a SQL store reads both in one statement)."""
+        (a SQL store reads both in one statement, and only a saver's columns)."""
         rows = self._select(query)
         if not rows:
             return None

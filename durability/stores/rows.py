@@ -252,6 +252,24 @@ class EncodedWrite:
         )
 
 
+@dataclass(slots=True)
+class SaverRow:
+    """The stored fields a checkpoint saver maps, still encoded (see ``stores/saver_read.py``):
+    a SQL store reads only these columns for it."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    step_type: str | None
+    state: str
+    metadata: str
+
+
+#: The fields of :class:`SaverRow`, in order.
+SAVER_FIELDS = tuple(f.name for f in fields(SaverRow))
+
+
 def _state_text(state: object) -> str:
     return state.text if type(state) is Sealed else codec.dumps(state, path="state")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from durability import codec
 from durability.model import PendingWrite
 from durability.stores.ids import check_id, check_thread
-from durability.stores.rows import EncodedCheckpoint, Select
+from durability.stores.rows import EncodedCheckpoint, SaverRow, Select
 from durability.stores.sealing import open_write, opened_state
 
 if TYPE_CHECKING:
@@ -59,8 +59,8 @@ def read_for_saver(
         return None
     row, write_rows = found
     writes = [open_write(store, w, action) for w in write_rows]
-    if type(row) is not EncodedCheckpoint:  # a foreign store's row decodes itself
-        cp = row.decode()
+    if not isinstance(row, EncodedCheckpoint | SaverRow):
+        cp = row.decode()  # a foreign store's row decodes itself
         return SaverRead(
             cp.thread_id,
             cp.namespace,

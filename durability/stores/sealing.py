@@ -30,6 +30,7 @@ from durability.stores.rows import (
     CheckpointRow,
     EncodedCheckpoint,
     EncodedWrite,
+    SaverRow,
     WriteRow,
     utf8_len,
 )
@@ -86,7 +87,7 @@ def open_checkpoint(store: Store, row: CheckpointRow, action: str) -> Checkpoint
     return row.decode(opened_state(store, row, action))
 
 
-def opened_state(store: Store, row: EncodedCheckpoint, action: str) -> str:
+def opened_state(store: Store, row: EncodedCheckpoint | SaverRow, action: str) -> str:
     """``row``'s state as codec text: opened when sealed (or refused by the rules above)."""
     text, sealer = row.state, store.sealer
     if text.startswith(ENVELOPE_PREFIX):

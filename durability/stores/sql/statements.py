@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from durability._util import CHUNK
 from durability.clock import from_micros, to_micros
 from durability.stores.rows import (
+    SAVER_FIELDS,
     STORED_FIELDS,
     WRITE_FIELDS,
     EncodedCheckpoint,
@@ -105,6 +106,7 @@ class Statements:
             if self.sqlite
             else f"json_agg(json_build_array({item}))::text"
         )
+        self._saver_columns = ", ".join(quote(c) for c in SAVER_FIELDS)
         #: The extra column of :meth:`select_with_writes`, correlated to the row aliased ``c``.
         self._writes_column = (
             f"(SELECT {agg} FROM {self.writes_table} AS w "  # noqa: S608
@@ -176,7 +178,8 @@ class Statements:
         return self._thread_rows(query), params
 
     def select_with_writes(self, query: Select) -> tuple[str, list[Any]]:
-        """:meth:`select` with one more column: the pending writes of each row, as JSON text.
+        """:meth:`select` of a saver's columns (:data:`SAVER_FIELDS`) and one more: the pending
+        writes of each row, as JSON text.
 
         For a saver's read of one checkpoint (by id or the greatest id), which then needs no
         second statement (on Postgres, no second round trip).
@@ -188,8 +191,8 @@ class Statements:
             plain = f"SELECT {self.columns} FROM {self.table}"  # noqa: S608
             assert sql.startswith(plain)
             found = self._cache[key] = (
-                f"SELECT {self.columns}, {self._writes_column} FROM {self.table} AS c"  # noqa: S608
-                + sql[len(plain) :]
+                f"SELECT {self._saver_columns}, {self._writes_column} "  # noqa: S608
+                f"FROM {self.table} AS c{sql[len(plain) :]}"
             )
         return found, params
 

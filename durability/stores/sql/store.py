@@ -23,7 +23,14 @@ from durability.errors import CheckpointConflict, StoreError, StoreUnavailable
 from durability.model import Deleted, ThreadRecord, Tombstone
 from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
-from durability.stores.rows import CheckpointKey, EncodedCheckpoint, EncodedWrite, Select, utf8_len
+from durability.stores.rows import (
+    CheckpointKey,
+    EncodedCheckpoint,
+    EncodedWrite,
+    SaverRow,
+    Select,
+    utf8_len,
+)
 from durability.stores.sealing import Reseal
 from durability.stores.sql.bulk import PostgresBulk
 from durability.stores.sql.engine import (
@@ -322,18 +329,18 @@ class SQLStore(Store):
         return [encoded(r) for r in self.db.execute(query.action, sql, params)]
 
     @reconnecting
-    def _select_with_writes(
-        self, query: Select
-    ) -> tuple[EncodedCheckpoint, list[EncodedWrite]] | None:
+    def _select_with_writes(self, query: Select) -> tuple[SaverRow, list[EncodedWrite]] | None:
         sql, params = self.sql.select_with_writes(query)
         found = self.db.execute(query.action, sql, params)
         if not found:
             return None
         *columns, items = found[0]
-        row = encoded(columns)
+        row = SaverRow(*columns)
+        if items is None or items == "[]":
+            return row, []
         ids = (row.thread_id, row.namespace, row.checkpoint_id)
         # Each item is [id, task_id, idx, channel, value, task_path]; the id gives write order.
-        return row, [EncodedWrite(*ids, *w[1:]) for w in sorted(orjson.loads(items or "[]"))]
+        return row, [EncodedWrite(*ids, *w[1:]) for w in sorted(orjson.loads(items))]
 
     @reconnecting
     def _insert_writes(self, rows: list[EncodedWrite]) -> None:
