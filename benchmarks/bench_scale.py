@@ -2,13 +2,15 @@
 
 Run with ``python benchmarks/bench_scale.py --checkpoints 1000000 [--threads N] [--no-write]``.
 It builds a SQLite store of that many checkpoints once, by bulk SQL (five rows per thread by
-default: a start, three steps and a run end; a ~800-byte state; times spread over 60 days; the
-ledger filled; all but the newest 1,000 rows acknowledged by a plane), under
+default: a start, steps and a run end; states of ~1 KB with a tail of 8 KB and 2 MB ones;
+times spread over 60 days; the ledger filled; all but the newest 1,000 rows acknowledged by a
+plane; the indexes made after the load), under
 ``benchmarks/.scratch/`` (git-ignored) and reuses it on later runs. Then it executes each
 notebook once on it through ``durability.bundle.execute`` in a process of its own, and reads
 the peak resident memory of that process's kernel (``RUSAGE_CHILDREN`` once the kernel has
-exited). Targets: 60 s and 2 GB per notebook. Never run by ``.ci/run``; building 10,000,000
-rows takes a long time on a 2-core machine (the build's own time is printed).
+exited). Targets: 60 s and 2 GB per notebook. Never run by ``.ci/run``; ``--build-only`` builds
+(10,000,000 rows: 17 GB, about 40 minutes on a loaded 2-core machine), ``--only NAME`` runs
+one notebook, ``--timeout`` is nbclient's per-cell limit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -37,36 +40,99 @@ SCRATCH = Path(__file__).resolve().parent / ".scratch"
 TARGET_S, TARGET_MB = 60.0, 2048.0
 STEPS = ("__start__", "fetch", "draft", "review", "run_end")
 END = datetime(2026, 12, 1, tzinfo=UTC)
-STATE = json.dumps({"topic": "t", "messages": ["x" * 90] * 7})  # ~800 bytes of codec text
+#: Most states are ~1 KB; one row in 97 is 8 KB and one in 10,007 is 2 MB (the heavy tail).
+STATES = {
+    size: json.dumps({"topic": "t", "notes": "x" * size}) for size in (1_000, 8_000, 2_000_000)
+}
+
+
+def state_of(n: int) -> str:
+    """The state of the ``n``-th row: the median, the long tail or the multi-MB outlier."""
+    if n % 10_007 == 10_006:
+        return STATES[2_000_000]
+    return STATES[8_000] if n % 97 == 96 else STATES[1_000]
 
 
 def build(path: Path, checkpoints: int, threads: int) -> float:
-    """Create the store at ``path`` (schema through the library, rows by bulk SQL); seconds."""
+    """Create the store at ``path`` (schema through the library, rows by bulk SQL); seconds.
+
+    The checkpoint indexes and the outbox trigger are dropped for the load and recreated after
+    it (a sort per index instead of a random B-tree insert per row), then the outbox and the
+    acknowledgements are written by two set statements.
+    """
     started = time.perf_counter()
-    url = f"sqlite:///{path}"
-    with durability.open(url) as store:
+    with durability.open(f"sqlite:///{path}") as store:
         store.record_connection("", "http://plane.invalid")  # it replicates
-    per_thread = max(1, checkpoints // threads)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    db.execute("PRAGMA cache_size=-1000000")
+    saved = db.execute(
+        "SELECT type, name, sql FROM sqlite_master WHERE tbl_name = 'durability_checkpoints' "
+        "AND type IN ('index', 'trigger') AND sql IS NOT NULL"
+    ).fetchall()
+    for kind, name, _ in saved:
+        db.execute(f"DROP {kind.upper()} {name}")
     columns = [*STORED_FIELDS]
     marks = ", ".join("?" * (len(columns) + 2))
-    insert = (
-        f"INSERT INTO durability_checkpoints (tkey, ckey, {', '.join(columns)}) VALUES ({marks})"
+    db.executemany(
+        f"INSERT INTO durability_checkpoints (tkey, ckey, {', '.join(columns)}) VALUES ({marks})",
+        _rows(checkpoints, threads, columns),
     )
+    db.executemany(
+        "INSERT INTO durability_threads (tkey, thread_id, owner, run_id, started_at, "
+        "finished_at, due_at) VALUES (?, ?, 'minted', ?, ?, ?, ?)",
+        (
+            (
+                thread_key(f"thread-{t:08d}"),
+                f"thread-{t:08d}",
+                f"run-{t}",
+                at,
+                at + 10**8,
+                at + 86_400 * 10**6,
+            )
+            for t in range(threads)
+            for at in (_start_of(t, threads),)
+        ),
+    )
+    print(f"  rows in {time.perf_counter() - started:.0f} s; indexing", flush=True)
+    for _, _, sql in saved:
+        db.execute(sql)
+    newest = db.execute("SELECT MAX(seq) - 1000 FROM durability_checkpoints").fetchone()[0]
+    db.execute(
+        "INSERT INTO durability_synced (seq, synced_at, attempts) SELECT seq, "
+        "created_at + 60000000, 1 FROM durability_checkpoints WHERE seq <= ?",
+        (newest,),
+    )
+    db.execute(
+        "INSERT INTO durability_outbox (seq, project_id) SELECT seq, project_id "
+        "FROM durability_checkpoints WHERE seq > ?",
+        (newest,),
+    )
+    db.commit()
+    db.close()
+    return time.perf_counter() - started
+
+
+def _start_of(t: int, threads: int) -> int:
+    """When thread ``t`` starts: spread over the 60 days before :data:`END`, shuffled."""
     start_us = int((END - timedelta(days=60)).timestamp() * 1e6)
-    span_us = 60 * 86_400 * 1_000_000
-    db = sqlite3.connect(path)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=OFF")
+    return start_us + (t * 7919 % threads) * (60 * 86_400 * 10**6 // threads)
+
+
+def _rows(checkpoints: int, threads: int, columns: list[str]) -> Iterator[tuple[object, ...]]:
+    """Every checkpoint row, thread by thread: a start, steps and a run end (one in ten failed)."""
+    per_thread = max(1, checkpoints // threads)
     written = 0
     for t in range(threads):
         thread_id = f"thread-{t:08d}"
         tkey = thread_key(thread_id)
-        at = start_us + (t * 7919 % threads) * (span_us // threads)
-        rows = []
-        for n in range(per_thread if t < threads - 1 else checkpoints - written):
-            name = STEPS[min(n, len(STEPS) - 1)] if n < per_thread - 1 else "run_end"
+        at = _start_of(t, threads)
+        count = per_thread if t < threads - 1 else checkpoints - written
+        for n in range(count):
+            name = STEPS[min(n, len(STEPS) - 2)] if n < count - 1 else "run_end"
             end = name == "run_end"
-            status = ("failed" if t % 10 == 0 else "completed") if end else "completed"
+            state = state_of(written)
             values = {
                 "thread_id": thread_id,
                 "namespace": "",
@@ -79,43 +145,30 @@ def build(path: Path, checkpoints: int, threads: int) -> float:
                 "node_id": name,
                 "step": n,
                 "step_type": "run_end" if end else "node",
-                "status": status,
+                "status": ("failed" if t % 10 == 0 else "completed") if end else "completed",
                 "iteration": 0,
                 "interrupt_reason": None,
                 "created_at": at + n * 20_000_000,
                 "project_id": "",
-                "state": STATE,
+                "state": state,
                 "node_input": "null",
                 "node_output": "null",
                 "iteration_counters": "{}",
                 "interrupt_context": "null",
                 "metadata": "{}",
-                "size_bytes": len(STATE) + 16,
+                "size_bytes": len(state) + 16,
             }
-            ckey = checkpoint_key(thread_id, "", values["checkpoint_id"])
-            rows.append((tkey, ckey, *(values[c] for c in columns)))
-        db.executemany(insert, rows)
-        written += len(rows)
-        db.execute(
-            "INSERT INTO durability_threads (tkey, thread_id, owner, run_id, started_at, "
-            "finished_at, due_at) VALUES (?, ?, 'minted', ?, ?, ?, ?)",
-            (tkey, thread_id, f"run-{t}", at, at + 100_000_000, at + 86_400_000_000),
-        )
-        if t % 20_000 == 0:
-            db.commit()
-            print(f"  {written:,} checkpoints", flush=True)
-    db.execute(
-        "INSERT INTO durability_synced (seq, synced_at, attempts) "
-        "SELECT o.seq, c.created_at + 60000000, 1 FROM durability_outbox o "
-        "JOIN durability_checkpoints c ON c.seq = o.seq WHERE o.seq <= (SELECT MAX(seq) - 1000 FROM durability_outbox)"
-    )
-    db.execute("DELETE FROM durability_outbox WHERE seq IN (SELECT seq FROM durability_synced)")
-    db.commit()
-    db.close()
-    return time.perf_counter() - started
+            written += 1
+            if written % 1_000_000 == 0:
+                print(f"  {written:,} checkpoints", flush=True)
+            yield (
+                tkey,
+                checkpoint_key(thread_id, "", values["checkpoint_id"]),
+                *(values[c] for c in columns),
+            )
 
 
-def run_one(name: str, store_url: str, out: Path) -> None:
+def run_one(name: str, store_url: str, out: Path, timeout: float) -> None:
     """Execute one notebook (in this process); print its seconds and its kernel's peak RSS."""
     params: dict[str, object] = {"store_url": store_url, "output_dir": str(out / "charts")}
     if name == "plan_retention.ipynb":
@@ -125,7 +178,7 @@ def run_one(name: str, store_url: str, out: Path) -> None:
     started = time.perf_counter()
     error = None
     try:
-        bundle.execute(bundle.notebook(name), params, out / "executed", cwd=out, timeout=1800)
+        bundle.execute(bundle.notebook(name), params, out / "executed", cwd=out, timeout=timeout)
     except Exception as exc:  # the figure is recorded with the failure, not lost
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     seconds = time.perf_counter() - started
@@ -138,13 +191,16 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=1_000_000)
     parser.add_argument("--threads", type=int, default=None, help="default: checkpoints / 5")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--build-only", action="store_true", help="build (or reuse) the store")
+    parser.add_argument("--only", action="append", help="this notebook only (repeatable)")
+    parser.add_argument("--timeout", type=float, default=1800, help="per notebook, seconds")
     parser.add_argument(
         "--run-one", nargs=3, metavar=("NAME", "URL", "OUT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.run_one:
         name, url, out = args.run_one
-        run_one(name, url, Path(out))
+        run_one(name, url, Path(out), args.timeout)
         return
     threads = args.threads or max(1, args.checkpoints // 5)
     SCRATCH.mkdir(exist_ok=True)
@@ -157,13 +213,24 @@ def main() -> None:
     print(
         f"store: {args.checkpoints:,} checkpoints, {threads:,} threads, {size_mb:,.0f} MB ({built})"
     )
+    if args.build_only:
+        return
     load = Path("/proc/loadavg").read_text().split()[0]
     rows = []
-    for name in bundle.NOTEBOOK_NAMES:
+    for name in args.only or bundle.NOTEBOOK_NAMES:
         out = SCRATCH / f"run-{path.stem}"
         out.mkdir(exist_ok=True)
         answer = subprocess.run(
-            [sys.executable, __file__, "--run-one", name, f"sqlite:///{path}", str(out)],
+            [
+                sys.executable,
+                __file__,
+                "--timeout",
+                str(args.timeout),
+                "--run-one",
+                name,
+                f"sqlite:///{path}",
+                str(out),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -182,7 +249,8 @@ def main() -> None:
     lines = [
         f"`python benchmarks/bench_scale.py --checkpoints {args.checkpoints}` — "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}; "
-        f"{platform.machine()}, load average {load} at the start. A SQLite store of "
+        f"{platform.machine()}, load average {load} at the start and "
+        f"{Path('/proc/loadavg').read_text().split()[0]} at the end. A SQLite store of "
         f"{args.checkpoints:,} checkpoints over {threads:,} threads ({size_mb:,.0f} MB, {built}); "
         "each notebook executed once in a fresh kernel, no plane (its sections skipped); peak "
         "resident memory of the kernel process.",

@@ -12,6 +12,8 @@ function                               answers
                                        and the day the store crosses a size
 :func:`readiness`,                     what a restore from the plane would bring back now, per
 :func:`readiness_by_owner`             thread and summed by owner
+:func:`readiness_summary`              the same per owner, and the worst threads, counted in the
+                                       store (what a store of millions of threads shows)
 :func:`backtest`                       the last days replayed against a proposed policy: storage
                                        per day, conversations cut between two turns
 =====================================  ==============================================================
@@ -26,6 +28,7 @@ from durability.analyses.backtest import CAVEAT, Backtest, backtest
 from durability.analyses.common import COLUMNS, RESTORABLE
 from durability.analyses.forecast import crossing, fit, forecast
 from durability.analyses.readiness import NEVER_CONNECTED, readiness, readiness_by_owner
+from durability.analyses.readiness_summary import ReadinessSummary, readiness_summary
 from durability.analyses.where import (
     bytes_by,
     bytes_by_state_key,
@@ -39,6 +42,7 @@ __all__ = [
     "NEVER_CONNECTED",
     "RESTORABLE",
     "Backtest",
+    "ReadinessSummary",
     "backtest",
     "bytes_by",
     "bytes_by_state_key",
@@ -49,4 +53,5 @@ __all__ = [
     "largest_threads",
     "readiness",
     "readiness_by_owner",
+    "readiness_summary",
 ]

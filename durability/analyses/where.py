@@ -1,23 +1,20 @@
 """Where the bytes are: by owner, runner and node, by top-level state key, the largest items.
 
-Every function reads the store's header columns in chunks (sizes, ids, times: no payload) and
-reduces each chunk as it comes, so memory follows the number of groups, not of checkpoints.
-Only :func:`bytes_by_state_key` reads payloads, and only for a sample of checkpoints, which
-its frame says (``attrs``).
+Every function asks the store for sums and top lists (``store.scans``'s aggregates: a
+``GROUP BY`` on SQL, chunks of header columns elsewhere), so time and memory follow the number
+of groups, not of checkpoints. Only :func:`bytes_by_state_key` reads payloads, and only for a
+sample of checkpoints, which its frame says (``attrs``).
 """
 
 from __future__ import annotations
 
-import heapq
-import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from durability import codec
-from durability.analyses.common import frame_of, header_chunks, thread_chunks
+from durability.analyses.common import frame_of
 from durability.errors import ConfigError
 from durability.stores.base import Store
-from durability.stores.scans import Columns
 
 try:
     import pandas as pd
@@ -36,35 +33,26 @@ def bytes_by(store: Store, by: Literal["owner", "runner", "node"]) -> pd.DataFra
     """Bytes and checkpoints per owner (the ledger's, per thread), runner or node (per
     checkpoint), largest first: ``COLUMNS["bytes_by"]`` with the first column named ``by``.
 
+    Summed in the store (:meth:`~durability.stores.aggregates.Aggregates.owner_groups`,
+    :meth:`~durability.stores.aggregates.Aggregates.checkpoint_groups`): one row per group.
     ``share`` is the group's fraction of the store's bytes. A thread or checkpoint with no
     owner / runner / node is counted under ``(none)``.
     """
     if by not in GROUPS:
         raise ConfigError(f"cannot group bytes by {by!r}: use one of {sorted(GROUPS)}")
-    column = GROUPS[by]
-    sums: dict[str, list[int]] = {}
-    pairs: set[tuple[str, str]] = set()
     if by == "owner":
-        for chunk in thread_chunks(store, ("thread_id", "owner", "checkpoints", "size_bytes")):
-            for owner, count, size in zip(
-                chunk["owner"], chunk["checkpoints"], chunk["size_bytes"], strict=True
-            ):
-                entry = sums.setdefault(owner or NONE_LABEL, [0, 0, 0])
-                entry[0] += 1
-                entry[1] += int(count)
-                entry[2] += int(size or 0)
+        found = store.scans.owner_groups()
+        keys = found["owner"]
     else:
-        for chunk in header_chunks(store, ("thread_id", column, "size_bytes")):
-            for thread_id, key, size in zip(
-                chunk["thread_id"], chunk[column], chunk["size_bytes"], strict=True
-            ):
-                name = key or NONE_LABEL
-                entry = sums.setdefault(name, [0, 0, 0])
-                if (name, thread_id) not in pairs:
-                    pairs.add((name, thread_id))
-                    entry[0] += 1
-                entry[1] += 1
-                entry[2] += int(size or 0)
+        found = store.scans.checkpoint_groups(GROUPS[by])
+        keys = found["key"]
+    sums: dict[str, list[int]] = {}
+    for key, threads, count, size in zip(
+        keys, found["threads"], found["checkpoints"], found["size_bytes"], strict=True
+    ):
+        entry = sums.setdefault(key or NONE_LABEL, [0, 0, 0])  # None and "" both read (none)
+        for i, value in enumerate((threads, count, size)):
+            entry[i] += int(value)
     total = sum(entry[2] for entry in sums.values()) or 1
     ordered = sorted(sums.items(), key=lambda item: (-item[1][2], item[0]))
     rows = [
@@ -75,45 +63,33 @@ def bytes_by(store: Store, by: Literal["owner", "runner", "node"]) -> pd.DataFra
 
 
 def largest_threads(store: Store, top: int = 20) -> pd.DataFrame:
-    """The ``top`` threads holding the most bytes (``COLUMNS["largest_threads"]``)."""
-    names = ("thread_id", "owner", "checkpoints", "size_bytes", "newest_at")
-    rows = (row for chunk in thread_chunks(store, names) for row in _rows(chunk, names))
-    return frame_of(_top(rows, top, size=3, ident=0, names=names), "largest_threads")
+    """The ``top`` threads holding the most bytes (``COLUMNS["largest_threads"]``), ranked in
+    the store (:meth:`~durability.stores.aggregates.Aggregates.top_threads`)."""
+    if top < 1:
+        raise ConfigError(f"cannot list the top {top}: ask for at least 1")
+    return frame_of(_records(store.scans.top_threads(top)), "largest_threads")
 
 
 def largest_checkpoints(store: Store, top: int = 20) -> pd.DataFrame:
-    """The ``top`` largest checkpoints (``COLUMNS["largest_checkpoints"]``)."""
-    names = ("thread_id", "namespace", "checkpoint_id", "node_id", "runner", "created_at")
-    wanted = (*names, "size_bytes")
-    rows = (row for chunk in header_chunks(store, wanted) for row in _rows(chunk, wanted))
-    return frame_of(_top(rows, top, size=-1, ident=2, names=wanted), "largest_checkpoints")
-
-
-def _rows(chunk: Columns, names: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    return zip(*(chunk[n] for n in names), strict=True)
-
-
-def _top(
-    rows: Iterable[tuple[Any, ...]], top: int, *, size: int, ident: int, names: Sequence[str]
-) -> list[dict[str, Any]]:
-    """The ``top`` rows largest by ``row[size]`` (ties by ``row[ident]``), largest first; a
-    heap of ``top`` items, whatever the number of rows."""
+    """The ``top`` largest checkpoints (``COLUMNS["largest_checkpoints"]``), ranked in the
+    store (:meth:`~durability.stores.aggregates.Aggregates.top_checkpoints`)."""
     if top < 1:
         raise ConfigError(f"cannot list the top {top}: ask for at least 1")
-    best: list[tuple[int, str, int, tuple[Any, ...]]] = []
-    for index, row in enumerate(rows):
-        item = (int(row[size] or 0), str(row[ident]), -index, row)
-        (heapq.heappush if len(best) < top else heapq.heappushpop)(best, item)
-    best.sort(key=lambda item: (-item[0], item[1]))
-    return [dict(zip(names, item[3], strict=True)) for item in best]
+    return frame_of(_records(store.scans.top_checkpoints(top)), "largest_checkpoints")
+
+
+def _records(table: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    names = list(table)
+    return [dict(zip(names, row, strict=True)) for row in zip(*table.values(), strict=True)]
 
 
 def bytes_by_state_key(store: Store, *, sample: int = 200, seed: int = 0) -> pd.DataFrame:
     """Bytes per top-level state key, from a sample of ``sample`` checkpoints
     (``COLUMNS["bytes_by_state_key"]``), largest first.
 
-    State is a payload, not a header: only the sampled checkpoints are read and decoded (a
-    uniform reservoir sample over every checkpoint, ``seed`` fixing it). ``sample_bytes`` is the
+    State is a payload, not a header: only the sampled checkpoints are read and decoded (picked
+    at random in the store, :meth:`~durability.stores.aggregates.Aggregates.sample_checkpoints`,
+    ``seed`` fixing the pick). ``sample_bytes`` is the
     key's encoded size summed over the sample, ``share`` its fraction of the sampled state
     bytes, and ``estimated_bytes`` that share of the store's bytes — an estimate, which
     ``attrs`` say: ``sampled`` (checkpoints read), ``population`` (checkpoints in the store),
@@ -121,17 +97,8 @@ def bytes_by_state_key(store: Store, *, sample: int = 200, seed: int = 0) -> pd.
     """
     if sample < 1:
         raise ConfigError(f"cannot sample {sample} checkpoints: sample at least 1")
-    rng = random.Random(seed)
-    chosen: list[tuple[str, str, str]] = []
-    seen = store_bytes = 0
-    for chunk in header_chunks(store, ("thread_id", "namespace", "checkpoint_id", "size_bytes")):
-        for key in zip(chunk["thread_id"], chunk["namespace"], chunk["checkpoint_id"], strict=True):
-            seen += 1
-            if len(chosen) < sample:
-                chosen.append(key)
-            elif (slot := rng.randrange(seen)) < sample:
-                chosen[slot] = key
-        store_bytes += sum(int(s or 0) for s in chunk["size_bytes"])
+    chosen = store.scans.sample_checkpoints(sample, seed)
+    seen, store_bytes = store.scans.totals()
     sums: dict[str, list[int]] = {}
     for thread_id, namespace, checkpoint_id in sorted(chosen):
         state = store.get(thread_id, checkpoint_id, namespace or "").state

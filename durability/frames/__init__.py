@@ -25,7 +25,16 @@ frame                     one row per
 :func:`encryption`        key id: its status against the keyring, rows, bytes, share of rows
 :func:`problems`          problem ``durability doctor`` finds: check, severity, rows, fix
 :func:`runs`              run (local run health); :func:`plane_runs` the same from a plane
+:func:`activity`          time bucket: checkpoints written and their bytes (counted in the store)
+:func:`owners`            owner: threads, checkpoints, bytes, finished (counted in the store)
+:func:`top_threads`       one of the ``top`` newest (or largest) threads (ranked in the store)
+:func:`outbox_states`     outbox state: rows, bytes, attempts (counted in the store)
 ========================  ===================================================================
+
+A store of millions of checkpoints: the frames of one row per thread or checkpoint grow with
+it; :func:`activity`, :func:`owners`, :func:`top_threads`, :func:`outbox_states` and
+``runs(store, sample=N)`` do not (their size follows the groups, ``top`` or ``N``), and are what
+the notebooks show.
 
 Column notes:
 
@@ -74,6 +83,7 @@ from durability.frames.store import (
     threads,
     write_times,
 )
+from durability.frames.summary import outbox_rows, outbox_states, owners, top_threads
 
 __all__ = [
     "COLUMNS",
@@ -87,11 +97,15 @@ __all__ = [
     "encryption",
     "erasures",
     "outbox",
+    "outbox_rows",
+    "outbox_states",
+    "owners",
     "parks",
     "plane_runs",
     "problems",
     "retention",
     "runs",
     "threads",
+    "top_threads",
     "write_times",
 ]

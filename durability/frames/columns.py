@@ -4,6 +4,7 @@ store's column chunks into typed pandas columns.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from durability import vocabulary
 from durability._extras import missing_extra
 from durability.clock import as_utc
+from durability.errors import ConfigError
 from durability.stores.base import Store
 from durability.stores.scans import Columns
 from durability.sweep import PLAN_COLUMNS
@@ -93,6 +95,26 @@ COLUMNS: dict[str, dict[str, str]] = {
         "checkpoints": "int64",
         "size_bytes": "int64",
     },
+    "owners": {
+        "owner": "string",
+        "threads": "int64",
+        "checkpoints": "int64",
+        "size_bytes": "int64",
+        "finished": "int64",
+    },
+    "top_threads": {
+        "thread_id": "string",
+        "owner": "string",
+        "checkpoints": "int64",
+        "size_bytes": "int64",
+        "newest_at": TIME,
+    },
+    "outbox_states": {
+        "state": "category",
+        "rows": "int64",
+        "size_bytes": "int64",
+        "attempts": "int64",
+    },
     "backlog": {
         "time": TIME,
         "pending": "int64",
@@ -165,10 +187,51 @@ RUN_STATUSES = vocabulary.RUN_STATUSES
 NAT = np.iinfo(np.int64).min
 
 
-def collect(chunks: Iterable[Columns], names: Sequence[str]) -> Columns:
-    """Concatenate the store's column chunks (numpy object arrays) into one array per column."""
+#: The environment variable that caps the rows a whole-store frame reads (default below).
+MAX_ROWS_ENV = "DURABILITY_FRAME_MAX_ROWS"
+#: The cap when the variable is unset: a frame of more rows than this is refused, not loaded.
+MAX_ROWS = 5_000_000
+#: Per whole-store frame, the frames that answer the same question at any size.
+AGGREGATES = {
+    "checkpoints": "frames.activity, analyses.bytes_by or analyses.largest_checkpoints",
+    "threads": "frames.owners or frames.top_threads",
+    "outbox": "frames.outbox_states or frames.outbox_rows",
+    "runs": "frames.runs(store, sample=N)",
+}
+
+
+def row_cap() -> int:
+    """How many rows a whole-store frame may read (:data:`MAX_ROWS_ENV`, else :data:`MAX_ROWS`)."""
+    raw = os.environ.get(MAX_ROWS_ENV, "")
+    try:
+        return int(raw) if raw else MAX_ROWS
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot build a frame: {MAX_ROWS_ENV}={raw!r} is not a whole number of rows; "
+            "set it to one, such as 5000000, or unset it"
+        ) from exc
+
+
+def collect(
+    chunks: Iterable[Columns], names: Sequence[str], *, whole: str | None = None
+) -> Columns:
+    """Concatenate the store's column chunks (numpy object arrays) into one array per column.
+
+    ``whole`` names the whole-store frame being read: past :func:`row_cap` rows the read stops
+    with a :class:`~durability.errors.ConfigError` naming the frames that answer at any size
+    (:data:`AGGREGATES`), instead of loading millions of rows.
+    """
+    cap = row_cap() if whole is not None else None
     parts: dict[str, list[Any]] = {name: [] for name in names}
+    read = 0
     for chunk in chunks:
+        read += len(chunk[names[0]]) if names else 0
+        if cap is not None and read > cap:
+            raise ConfigError(
+                f"cannot build frames.{whole}: the store holds more than {cap:,} of its rows, "
+                f"too many to load; use {AGGREGATES[str(whole)]} (counted or ranked in the "
+                f"store), or raise {MAX_ROWS_ENV} to load them all"
+            )
         for name in names:
             parts[name].append(chunk[name])
     return {name: joined(found) for name, found in parts.items()}

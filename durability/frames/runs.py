@@ -12,6 +12,7 @@ try:
 except ModuleNotFoundError as exc:  # the notebook extra
     raise missing_extra(exc, "durability.frames") from exc
 
+from durability.errors import ConfigError
 from durability.frames.columns import (
     COLUMNS,
     RUN_STATUSES,
@@ -31,22 +32,27 @@ if TYPE_CHECKING:
     pass
 
 
-def runs(store: Store) -> pd.DataFrame:
+def runs(store: Store, *, sample: int | None = None, seed: int = 0) -> pd.DataFrame:
     """Run health of a store (``COLUMNS["runs"]``): one row per run, by thread then start.
 
     Read from the checkpoints' scalar fields plus, for failed run ends only, their recorded
     error; parks and live leases (at the store's clock) tell parked and running runs apart.
+
+    ``sample``: a store holding more threads than that gives the runs of about ``sample``
+    threads picked at random (``seed`` fixes the pick; a thread with more checkpoints is more
+    likely picked), read thread by thread, never the whole store; ``attrs["sample"]`` then says
+    ``{"threads": picked, "of": threads in the store}``, for the chart to say it is a sample.
     """
     names: tuple[str, ...] = ("thread_id", "namespace", "run_id", "checkpoint_id", "seq")
     names += ("step_type", "status", "created_at", "runner")
-    cols = collect(store.checkpoint_columns(columns=names), names)
-    now_us = micros_of(store.clock())
-    leased = [
-        thread_id
-        for chunk in store.thread_columns()
-        for thread_id, expires in zip(chunk["thread_id"], chunk["lease_expires_at"], strict=True)
-        if expires is not None and expires > now_us
-    ]
+    picked, total = _sampled_threads(store, sample, seed)
+    if picked is None:
+        cols = collect(store.checkpoint_columns(columns=names), names, whole="runs")
+        leased = _leased(store)
+    else:
+        chunks = (c for t in picked for c in store.checkpoint_columns(t, columns=names))
+        cols = collect(chunks, names)
+        leased = [t for t in picked if _lease_live(store, t)]
     lease_runs = _lease_runs(store, leased)
     parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in pending_parks(store)}
     rows = [
@@ -63,7 +69,43 @@ def runs(store: Store) -> pd.DataFrame:
         for key, out in store.run_end_outputs(failed).items()
         if isinstance(out, Mapping)
     }
-    return _runs_frame(rows, parked, lease_runs, ends, interrupted_is_parked=False)
+    frame = _runs_frame(rows, parked, lease_runs, ends, interrupted_is_parked=False)
+    if picked is not None:
+        frame.attrs["sample"] = {"threads": len(picked), "of": total}
+    return frame
+
+
+def _sampled_threads(
+    store: Store, sample: int | None, seed: int
+) -> tuple[list[str] | None, int | None]:
+    """The threads of a sample (``None``: every thread) and how many the store holds."""
+    if sample is None:
+        return None, None
+    if sample < 1:
+        raise ConfigError(f"cannot sample the runs of {sample} threads: sample at least 1")
+    total = sum(store.scans.owner_groups()["threads"])
+    if total <= sample:
+        return None, total
+    picked = {address[0] for address in store.scans.sample_checkpoints(sample, seed)}
+    return sorted(picked), total
+
+
+def _leased(store: Store) -> list[str]:
+    """Every thread holding a live lease at the store's clock (a whole-store read)."""
+    now_us = micros_of(store.clock())
+    return [
+        thread_id
+        for chunk in store.thread_columns()
+        for thread_id, expires in zip(chunk["thread_id"], chunk["lease_expires_at"], strict=True)
+        if expires is not None and expires > now_us
+    ]
+
+
+def _lease_live(store: Store, thread_id: str) -> bool:
+    record = store.thread(thread_id)
+    return (
+        record is not None and record.lease is not None and record.lease.expires_at > store.clock()
+    )
 
 
 def plane_runs(connection: Any) -> pd.DataFrame:

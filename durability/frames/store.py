@@ -66,7 +66,8 @@ def checkpoints(
             key needed).
     """
     names = CHECKPOINT_COLUMNS[:-1]  # all but runner
-    cols = collect(store.checkpoint_columns(thread_id, columns=names), names)
+    whole = "checkpoints" if thread_id is None else None
+    cols = collect(store.checkpoint_columns(thread_id, columns=names), names, whole=whole)
     frame = pd.DataFrame(
         {
             "thread_id": strings(cols["thread_id"]),
@@ -103,7 +104,7 @@ def threads(store: Store, now: datetime | None = None, *, encryption: bool = Fal
     ``encryption=True`` adds ``encrypted`` (every row sealed) and ``key_id`` (the newest row's).
     """
     at = moment(store, now)
-    cols = collect(store.thread_columns(), THREAD_COLUMNS)
+    cols = collect(store.thread_columns(), THREAD_COLUMNS, whole="threads")
     at_us = micros_of(at)
     lease_live = [e is not None and e > at_us for e in cols["lease_expires_at"]]
     pending = {p.thread_id: p.deadline for p in pending_parks(store)}
@@ -161,7 +162,7 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
     plane's explanation); ``age`` is measured at ``now`` (default: the store's clock).
     """
     at = moment(store, now)
-    cols = _outbox_cols(store)
+    cols = _outbox_cols(store, whole="outbox")
     created = times(cols["created_at"])
     synced_at = times(cols["synced_at"])
     synced = np.array(cols["synced"], dtype=bool).reshape(-1)
@@ -311,9 +312,9 @@ def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
     return in_order(frame, ["deadline", "thread_id"])
 
 
-def _outbox_cols(store: Store) -> Columns:
+def _outbox_cols(store: Store, whole: str | None = None) -> Columns:
     try:
-        return collect(store.outbox_columns(), OUTBOX_COLUMNS)
+        return collect(store.outbox_columns(), OUTBOX_COLUMNS, whole=whole)
     except CapabilityError:  # a store without an outbox does not replicate: nothing is pending
         return {name: np.empty(0, dtype=object) for name in OUTBOX_COLUMNS}
 

@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 from durability import codec
 from durability.clock import as_utc
 from durability.crypto.format import ENVELOPE_PREFIX, Sealed
+from durability.errors import CodecError
 from durability.model import Checkpoint, PendingWrite
 
 #: The ids that address a checkpoint and its run.
@@ -137,6 +138,11 @@ class EncodedCheckpoint:
         """
         loads = codec.loads
         text = self.state if state is None else state
+        # ``__init__``'s one check of a value (not of a type) is skipped below: a damaged row's
+        # number beyond 64 bits (Redis and archive texts can hold one) is refused here instead.
+        for name, number in (("step", self.step), ("iteration", self.iteration)):
+            if type(number) is int and not _INT64_MIN <= number <= _INT64_MAX:
+                raise _beyond_64_bits(self, name, number)
         return _checkpoint_of(
             (
                 self.thread_id,
@@ -192,6 +198,19 @@ assert (
 ) == _CHECKPOINT_FIELDS
 #: The slot setters of a checkpoint's fields, in field order (see :func:`_checkpoint_of`).
 _CHECKPOINT_SETTERS = tuple(Checkpoint.__dict__[name].__set__ for name in _CHECKPOINT_FIELDS)
+
+
+#: The range of a stored integer (every store's column is signed 64-bit).
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _beyond_64_bits(row: EncodedCheckpoint, name: str, number: int) -> CodecError:
+    return CodecError(
+        f"cannot read back checkpoint {row.checkpoint_id[:80]!r} of thread "
+        f"{row.thread_id[:80]!r}: its {name} {number} does not fit in 64 bits, which no store "
+        "writes; the row was damaged or not written by durability, restore it from a copy",
+        path=name,
+    )
 
 
 def _checkpoint_of(values: Iterable[object]) -> Checkpoint:

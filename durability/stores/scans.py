@@ -19,7 +19,7 @@ from durability import codec
 from durability.clock import to_micros
 from durability.errors import InvalidIdError
 from durability.model import Deleted, ThreadRecord
-from durability.stores.capability import Capability
+from durability.stores.aggregates import Aggregates
 from durability.stores.ids import check_id, check_ids, check_thread
 from durability.stores.outbox import EntryQuery, RowKey
 from durability.stores.rows import CheckpointAddress, CheckpointRow, EncodedCheckpoint, Select
@@ -85,7 +85,7 @@ OUTBOX_COLUMNS = (
 )
 
 
-class Scans(Capability):
+class Scans(Aggregates):
     """Whole-store reads for the frames and the sweep, built on the core contract."""
 
     # ------------------------------------------------------------------ analysis reads

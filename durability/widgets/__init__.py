@@ -310,6 +310,10 @@ def _plan_summary(
 # ---------------------------------------------------------------------------- outbox monitor
 
 
+#: How many quarantined rows the outbox monitor shows (and a release puts back) at a time.
+QUARANTINED_SHOWN = 1000
+
+
 class OutboxMonitor:
     """The outbox's backlog chart (``.chart``), its quarantined rows (``.quarantined``) and a
     button putting them back in the outbox (``.release_button``, :meth:`Store.release`).
@@ -317,8 +321,8 @@ class OutboxMonitor:
     Release asks first: ``.release_button`` shows what would go back (rows, bytes, projects)
     and whether a drain is running to send them, and ``.confirm_button`` releases (``.cancel_button``
     does not). Attributes: ``backlog_frame`` (``frames.backlog``), ``figure``
-    (``plots.backlog``), ``outbox_frame`` (``frames.outbox``), ``quarantined_frame`` (its
-    quarantined rows).
+    (``plots.backlog``), ``quarantined_frame`` (the first :data:`QUARANTINED_SHOWN` quarantined
+    rows, ``frames.outbox_rows``: never the whole outbox).
     """
 
     def __init__(self, store: Store, *, freq: str = "1h") -> None:
@@ -341,7 +345,6 @@ class OutboxMonitor:
         self.status = w.HTML()
         self.status.add_class("durability-outbox-status")
         self.backlog_frame = pd.DataFrame()
-        self.outbox_frame = pd.DataFrame()
         self.quarantined_frame = pd.DataFrame()
         self.figure: Figure | None = None
         self.release_button.on_click(lambda _: guarded(self.status, self.ask_release))
@@ -365,9 +368,9 @@ class OutboxMonitor:
         """Read the backlog and the outbox again."""
         self.backlog_frame = frames.backlog(self.store, self.freq)
         self.figure = plots.backlog(self.backlog_frame)
-        self.outbox_frame = frames.outbox(self.store)
-        state = self.outbox_frame["state"].astype("string")
-        self.quarantined_frame = self.outbox_frame[state == "quarantined"].reset_index(drop=True)
+        self.quarantined_frame = frames.outbox_rows(
+            self.store, "quarantined", limit=QUARANTINED_SHOWN
+        )
         self.release_button.disabled = self.quarantined_frame.empty
         show(self.chart, self.figure)
         show(self.quarantined, table(self.quarantined_frame))

@@ -24,6 +24,7 @@ from durability.stores.scans import (
     SweepColumns,
     columns_of,
 )
+from durability.stores.sql.aggregates import SQLAggregates
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.outbox import ENTRY_SQL, entry_join, tables_of
 from durability.stores.sql.schema import (
@@ -76,7 +77,7 @@ _LEDGER_FIELDS = (
 _Rows = dict[Any, Sequence[Any]]
 
 
-class SQLScans(Scans):
+class SQLScans(SQLAggregates, Scans):
     """Analysis and sweep reads in a few set-based statements."""
 
     store: SQLStore

@@ -1,0 +1,183 @@
+"""The SQL store's aggregates: one ``GROUP BY`` or ``ORDER BY … LIMIT`` statement each.
+
+Per-thread sums walk the ``(tkey, seq, created_at, size_bytes)`` index (no table read); a top
+list keeps ``top`` rows of that walk and reads only their checkpoints by primary key.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from durability.stores.aggregates import (
+    MISSING_ANSWER,
+    PENDING_WHY,
+    TOP_CHECKPOINT_ANSWER,
+    TOP_THREAD_ANSWER,
+    Aggregates,
+    Table,
+    outbox_table,
+)
+from durability.stores.rows import CheckpointAddress
+from durability.stores.sql.engine import reconnecting
+from durability.stores.sql.outbox import entry_join, tables_of
+from durability.stores.sql.schema import SWEEP_INDEX, threads
+
+if TYPE_CHECKING:
+    from durability.stores.sql.store import SQLStore
+
+#: Which outbox state a row of the checkpoints-outbox-synced join is in.
+_STATE = (
+    "CASE WHEN o.seq IS NULL THEN 'synced' "
+    "WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END"
+)
+
+
+class SQLAggregates(Aggregates):
+    """Aggregates answered by the database."""
+
+    store: SQLStore
+
+    def _answer(self, action: str, query: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        found: list[Any] = []
+        for chunk in self.store.db.stream(action, query, params, 10_000):
+            found += chunk
+        return found
+
+    def _by_thread(self, alias: str = "") -> str:
+        """The checkpoints table (named ``alias``), read through the per-thread totals index
+        on SQLite (which would rather scan the table)."""
+        index = f" INDEXED BY {SWEEP_INDEX.name}" if self.store.db.sqlite else ""
+        return f"{self.store.sql.table}{' ' + alias if alias else ''}{index}"
+
+    @reconnecting
+    def _checkpoint_groups(self, by: str) -> dict[Any, list[Any]]:
+        # ``by`` is one of GROUP_COLUMNS (checked by the caller): a column name, not a value.
+        query = (
+            f"SELECT c.{by}, COUNT(DISTINCT c.tkey), COUNT(*), "  # noqa: S608
+            f"CAST(SUM(c.size_bytes) AS BIGINT) FROM {self.store.sql.table} c GROUP BY c.{by}"
+        )
+        rows = self._answer("group checkpoints", query)
+        return {r[0]: [int(r[1]), int(r[2]), int(r[3] or 0)] for r in rows}
+
+    @reconnecting
+    def _owner_groups(self) -> dict[Any, list[Any]]:
+        ledger = self.store.db.table(threads.name)
+        totals = (
+            "SELECT tkey, COUNT(*) AS n, CAST(SUM(size_bytes) AS BIGINT) AS size "  # noqa: S608
+            f"FROM {self._by_thread()} GROUP BY tkey"
+        )
+        with_rows = (
+            f"SELECT l.owner, COUNT(*), SUM(t.n), SUM(t.size), COUNT(l.finished_at) "  # noqa: S608
+            f"FROM ({totals}) t LEFT JOIN {ledger} l ON l.tkey = t.tkey GROUP BY l.owner"
+        )
+        ledger_only = (
+            f"SELECT l.owner, COUNT(*), 0, 0, COUNT(l.finished_at) FROM {ledger} l "  # noqa: S608
+            f"WHERE NOT EXISTS (SELECT 1 FROM {self.store.sql.table} c WHERE c.tkey = l.tkey) "
+            "GROUP BY l.owner"
+        )
+        sums: dict[Any, list[Any]] = {}
+        for query in (with_rows, ledger_only):
+            for owner, *values in self._answer("group threads by owner", query):
+                entry = sums.setdefault(owner, [0, 0, 0, 0])
+                for i, value in enumerate(values):
+                    entry[i] += int(value or 0)
+        return sums
+
+    @reconnecting
+    def _top_checkpoints(self, top: int) -> Table:
+        mark, table = self.store.db.mark, self.store.sql.table
+        picked = f"SELECT seq FROM {self._by_thread()} ORDER BY size_bytes DESC, seq LIMIT {mark}"  # noqa: S608
+        query = (
+            f"SELECT {', '.join('c.' + n for n in TOP_CHECKPOINT_ANSWER)} "  # noqa: S608
+            f"FROM {table} c JOIN ({picked}) p ON p.seq = c.seq ORDER BY c.size_bytes DESC, c.seq"
+        )
+        rows = self._answer("list the largest checkpoints", query, (top,))
+        return {n: [r[i] for r in rows] for i, n in enumerate(TOP_CHECKPOINT_ANSWER)}
+
+    @reconnecting
+    def _top_threads(self, top: int, by: str) -> Table:
+        mark, table = self.store.db.mark, self.store.sql.table
+        ledger = self.store.db.table(threads.name)
+        # ``by`` is one of THREAD_RANKS (checked by the caller), the name of a column below.
+        totals = (
+            "SELECT tkey, COUNT(*) AS checkpoints, CAST(SUM(size_bytes) AS BIGINT) AS size_bytes, "  # noqa: S608
+            "MAX(created_at) AS newest_at, MAX(seq) AS newest_seq "
+            f"FROM {self._by_thread()} GROUP BY tkey ORDER BY {by} DESC, tkey LIMIT {mark}"
+        )
+        query = (
+            "SELECT c.thread_id, l.owner, g.checkpoints, g.size_bytes, g.newest_at "  # noqa: S608
+            f"FROM ({totals}) g JOIN {table} c ON c.seq = g.newest_seq "
+            f"LEFT JOIN {ledger} l ON l.tkey = g.tkey AND l.thread_id = c.thread_id "
+            f"ORDER BY g.{by} DESC, c.thread_id"
+        )
+        rows = self._answer("list the top threads", query, (top,))
+        return {n: [r[i] for r in rows] for i, n in enumerate(TOP_THREAD_ANSWER)}
+
+    @reconnecting
+    def _store_totals(self) -> tuple[int, int]:
+        query = f"SELECT COUNT(*), CAST(SUM(size_bytes) AS BIGINT) FROM {self._by_thread()}"  # noqa: S608
+        count, size = self._answer("count checkpoints", query)[0]
+        return int(count), int(size or 0)
+
+    @reconnecting
+    def _sample_checkpoints(self, sample: int, rng: random.Random) -> list[CheckpointAddress]:
+        # Random points of the seq range, each the first checkpoint at or after it (a primary
+        # key lookup): uniform over seqs, so a gap left by deleted rows weighs its next row.
+        mark, table = self.store.db.mark, self.store.sql.table
+        low, high = self._answer("sample checkpoints", f"SELECT MIN(seq), MAX(seq) FROM {table}")[0]  # noqa: S608
+        if low is None:
+            return []
+        query = (
+            f"SELECT thread_id, namespace, checkpoint_id, seq FROM {table} "  # noqa: S608
+            f"WHERE seq >= {mark} ORDER BY seq LIMIT 1"
+        )
+        found: dict[int, CheckpointAddress] = {}
+        with self.store.db.one("sample checkpoints") as conn:
+            for point in sorted(rng.randint(low, high) for _ in range(sample)):
+                row = conn.exec_driver_sql(query, (point,)).first()
+                if row is not None:
+                    found[int(row[3])] = (row[0], row[1] or "", row[2])
+        return list(found.values())
+
+    @reconnecting
+    def _missing_rows(self) -> Table:
+        # The outbox holds exactly the rows the plane lacks: each thread's first one, then one
+        # walk of that thread's rows on the per-thread index, its row by key for the id.
+        table, box, _ = tables_of(self.store)
+        ledger = self.store.db.table(threads.name)
+        firsts = (
+            f"SELECT c.tkey, MIN(c.seq) AS first FROM {box} o "  # noqa: S608
+            f"JOIN {table} c ON c.seq = o.seq GROUP BY c.tkey"
+        )
+        query = f"""
+SELECT f.thread_id, l.owner, t.n, t.kept, t.up_to, u.checkpoint_id, t.lost, f.sync_error
+FROM (
+  SELECT m.tkey, COUNT(*) AS n, SUM(CASE WHEN c.seq < m.first THEN 1 ELSE 0 END) AS kept,
+         MAX(CASE WHEN c.seq < m.first THEN c.seq END) AS up_to,
+         CAST(SUM(CASE WHEN c.seq >= m.first THEN c.size_bytes ELSE 0 END) AS BIGINT) AS lost,
+         MIN(m.first) AS first
+  FROM ({firsts}) m JOIN {self._by_thread("c")} ON c.tkey = m.tkey GROUP BY m.tkey
+) t
+JOIN (SELECT c.seq, c.thread_id, o.sync_error FROM {box} o JOIN {table} c ON c.seq = o.seq) f
+  ON f.seq = t.first
+LEFT JOIN {table} u ON u.seq = t.up_to
+LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = f.thread_id
+ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
+        rows = self._answer("find the rows the plane lacks", query)
+        answer: Table = {name: [r[i] for r in rows] for i, name in enumerate(MISSING_ANSWER[:7])}
+        answer["why"] = [f"quarantined: {r[7]}" if r[7] else PENDING_WHY for r in rows]
+        for name in ("checkpoints", "restorable_checkpoints", "lost_bytes"):
+            answer[name] = [int(v or 0) for v in answer[name]]
+        return answer
+
+    @reconnecting
+    def _outbox_groups(self) -> Table:
+        attempts = "COALESCE(o.attempts, s.attempts, 0)"
+        query = (
+            f"SELECT {_STATE} AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
+            f"CAST(SUM({attempts}) AS BIGINT) {entry_join(*tables_of(self.store))} GROUP BY outbox_state"
+        )
+        rows = self._answer("count the outbox by state", query)
+        sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
+        return outbox_table(sums)

@@ -1,0 +1,240 @@
+"""The aggregate-first paths (issue 16) on a store bulk-inserted by SQL, larger than the demo.
+
+Each aggregate frame is checked against answers computed by hand from the rows written, the
+SQL statements against the chunked defaults every other provider uses, and the explore
+notebook is executed with a row cap below the store's size: it must not read a whole frame.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pandas as pd
+import pytest
+
+import durability
+from durability import analyses, bundle, frames
+from durability.errors import ConfigError
+from durability.frames.columns import MAX_ROWS_ENV
+from durability.stores.aggregates import Aggregates
+from durability.stores.base import Store
+from durability.stores.rows import STORED_FIELDS
+from durability.stores.sql.schema import checkpoint_key, thread_key
+
+THREADS, PER_THREAD = 3_000, 4
+NODES = ("__start__", "plan", "act", "run_end")
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+OWNERS = ("alpha", "beta", None)  # None: a thread no run recorded in the ledger
+
+
+@dataclass
+class Bulk:
+    """The store and, per row written, ``(thread_id, node, runner, size, seq, owner)``; which
+    seqs are pending and which quarantined (the rest the plane took)."""
+
+    url: str
+    rows: list[tuple[str, str, str, int, int, Any]]
+    pending: set[int]
+    quarantined: set[int]
+
+
+def _size(t: int, n: int) -> int:
+    return 500 + (t * 37 + n * 11) % 400 + (100_000 + t if t % 997 == 0 else 0)
+
+
+@pytest.fixture(scope="module")
+def bulk(tmp_path_factory: pytest.TempPathFactory) -> Bulk:
+    path = tmp_path_factory.mktemp("scale") / "bulk.db"
+    url = f"sqlite:///{path}"
+    with durability.open(url) as store:
+        store.record_connection("", "http://plane.invalid")
+    columns = list(STORED_FIELDS)
+    db = sqlite3.connect(path)
+    rows, ledger = [], []
+    seq = 0
+    for t in range(THREADS):
+        thread_id, owner = f"t-{t:05d}", OWNERS[t % 3]
+        if owner is not None:
+            ledger.append((thread_key(thread_id), thread_id, owner, T0.timestamp() * 1e6))
+        for n in range(PER_THREAD):
+            seq += 1
+            size, node, runner = _size(t, n), NODES[n], ("r1", "r2")[t % 2]
+            rows.append((thread_id, node, runner, size, seq, owner))
+            values = dict.fromkeys(columns) | {
+                "thread_id": thread_id, "namespace": "", "checkpoint_id": f"c{n}",
+                "run_id": f"run-{t}", "runner": runner, "node_id": node, "step": n,
+                "step_type": "run_end" if n == PER_THREAD - 1 else "node",
+                "status": "failed" if n == PER_THREAD - 1 and t % 5 == 0 else "completed",
+                "iteration": 0, "created_at": int(T0.timestamp() * 1e6) + seq * 60_000_000,
+                "project_id": "", "state": "{}", "node_input": "null", "node_output": "null",
+                "iteration_counters": "{}", "interrupt_context": "null", "metadata": "{}",
+                "size_bytes": size,
+            }  # fmt: skip
+            key = checkpoint_key(thread_id, "", f"c{n}")
+            db.execute(
+                f"INSERT INTO durability_checkpoints (tkey, ckey, {', '.join(columns)}) "
+                f"VALUES (?, ?, {', '.join('?' * len(columns))})",
+                (thread_key(thread_id), key, *(values[c] for c in columns)),
+            )
+    db.executemany(
+        "INSERT INTO durability_threads (tkey, thread_id, owner, started_at) VALUES (?, ?, ?, ?)",
+        ledger,
+    )
+    pending = {s for s in range(1, seq + 1) if s > seq - 50 or s % 1000 == 7}
+    quarantined = {s for s in range(1, seq + 1) if s % 1500 == 3}
+    done = [s for s in range(1, seq + 1) if s not in pending | quarantined]
+    db.executemany(
+        "INSERT INTO durability_synced (seq, attempts) VALUES (?, 1)", [(s,) for s in done]
+    )
+    db.executemany("DELETE FROM durability_outbox WHERE seq = ?", [(s,) for s in done])
+    db.executemany(
+        "UPDATE durability_outbox SET sync_error = 'over the cap', synced_at = 1, attempts = 2 "
+        "WHERE seq = ?",
+        [(s,) for s in quarantined],
+    )
+    db.commit()
+    db.close()
+    return Bulk(url, rows, pending, quarantined)
+
+
+@pytest.fixture
+def store(bulk: Bulk) -> Iterator[Store]:
+    with durability.open(bulk.url) as opened:
+        yield opened
+
+
+def test_checkpoint_groups_are_the_sums_by_hand(bulk: Bulk, store: Store) -> None:
+    """Bytes, checkpoints and distinct threads per node and per runner, most bytes first."""
+    for by, index in (("node_id", 1), ("runner", 2)):
+        sums: dict[str, list[Any]] = defaultdict(lambda: [set(), 0, 0])
+        for row in bulk.rows:
+            entry = sums[row[index]]
+            entry[0].add(row[0])
+            entry[1] += 1
+            entry[2] += row[3]
+        order = sorted(sums, key=lambda k: (-sums[k][2], k))
+        expected = {
+            "key": order,
+            "threads": [len(sums[k][0]) for k in order],
+            "checkpoints": [sums[k][1] for k in order],
+            "size_bytes": [sums[k][2] for k in order],
+        }
+        assert store.scans.checkpoint_groups(by) == expected
+        assert Aggregates(store).checkpoint_groups(by) == expected  # the chunked default
+
+
+def test_owners_frame_counts_every_thread(bulk: Bulk, store: Store) -> None:
+    """``frames.owners``: threads, checkpoints and bytes per ledger owner, counted in the store."""
+    threads: dict[Any, set[str]] = defaultdict(set)
+    sizes: Counter[Any] = Counter()
+    for thread_id, _, _, size, _, owner in bulk.rows:
+        threads[owner].add(thread_id)
+        sizes[owner] += size
+    found = frames.owners(store)
+    assert found.dtypes.astype(str).to_dict() == frames.COLUMNS["owners"]
+    by_owner = {
+        (None if pd.isna(o) else o): (t, c, b)
+        for o, t, c, b in zip(found.owner, found.threads, found.checkpoints, found.size_bytes, strict=True)
+    }  # fmt: skip
+    assert by_owner == {
+        o: (len(threads[o]), len(threads[o]) * PER_THREAD, sizes[o]) for o in OWNERS
+    }
+    assert list(found.size_bytes) == sorted(found.size_bytes, reverse=True)
+    assert store.scans.owner_groups() == Aggregates(store).owner_groups()
+
+
+def test_top_lists_are_the_largest_and_newest(bulk: Bulk, store: Store) -> None:
+    """The largest checkpoints and threads and the newest threads, ranked in the store."""
+    largest = sorted(bulk.rows, key=lambda r: (-r[3], r[4]))[:5]
+    top = store.scans.top_checkpoints(5)
+    assert list(zip(top["thread_id"], top["size_bytes"], strict=True)) == [
+        (r[0], r[3]) for r in largest
+    ]
+    per_thread: Counter[str] = Counter()
+    for row in bulk.rows:
+        per_thread[row[0]] += row[3]
+    expected = sorted(per_thread.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    assert list(analyses.largest_threads(store, 3).thread_id) == [t for t, _ in expected]
+    newest = frames.top_threads(store, 4)
+    assert newest.dtypes.astype(str).to_dict() == frames.COLUMNS["top_threads"]
+    assert list(newest.thread_id) == [f"t-{t:05d}" for t in range(THREADS - 1, THREADS - 5, -1)]
+    assert list(newest.checkpoints) == [PER_THREAD] * 4
+
+
+def test_outbox_states_and_rows(bulk: Bulk, store: Store) -> None:
+    """Per state: rows and bytes; the first pending rows are the oldest pending ones."""
+    size = {row[4]: row[3] for row in bulk.rows}
+    states = frames.outbox_states(store).set_index("state")
+    assert states.loc["pending", "rows"] == len(bulk.pending)
+    assert states.loc["quarantined", "rows"] == len(bulk.quarantined)
+    assert states.loc["quarantined", "size_bytes"] == sum(size[s] for s in bulk.quarantined)
+    assert states["rows"].sum() == len(bulk.rows)
+    assert store.scans.outbox_groups() == Aggregates(store).outbox_groups()
+    oldest = frames.outbox_rows(store, "pending", limit=3)
+    assert list(oldest.seq) == sorted(bulk.pending)[:3]
+    assert frames.outbox_rows(store, "quarantined").sync_error.eq("over the cap").all()
+
+
+def test_readiness_summary_is_readiness_summed(store: Store) -> None:
+    """The per-owner summary and the worst threads equal the per-thread frame's, summed."""
+    full = analyses.readiness(store)
+    summary = analyses.readiness_summary(store, top=10)
+    pd.testing.assert_frame_equal(summary.by_owner, analyses.readiness_by_owner(full))
+    not_whole = full[full.restorable != "everything"].reset_index(drop=True)
+    assert summary.not_whole_threads == len(not_whole)
+    pd.testing.assert_frame_equal(summary.not_whole, not_whole.head(10))
+    assert store.scans.missing_rows() == Aggregates(store).missing_rows()
+
+
+def test_runs_sample_reads_only_the_sampled_threads(store: Store) -> None:
+    """``runs(sample=N)``: the runs of the picked threads exactly as the whole frame has them,
+    and ``attrs`` saying how large the sample is."""
+    sampled = frames.runs(store, sample=40, seed=3)
+    picked = set(sampled.thread_id)
+    assert sampled.attrs["sample"] == {"threads": len(picked), "of": THREADS}
+    assert 0 < len(picked) <= 40
+    full = frames.runs(store)
+    expected = full[full.thread_id.isin(picked)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(sampled.reset_index(drop=True), expected)
+    assert "sample" not in frames.runs(store, sample=THREADS).attrs  # every thread: no sample
+
+
+def test_a_whole_frame_past_the_cap_is_refused(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the row cap a whole-store frame stops reading and names the aggregates instead."""
+    monkeypatch.setenv(MAX_ROWS_ENV, "1000")
+    with pytest.raises(ConfigError, match=r"frames\.checkpoints.*frames\.activity"):
+        frames.checkpoints(store)
+    with pytest.raises(ConfigError, match=r"frames\.threads.*frames\.owners"):
+        frames.threads(store)
+    with pytest.raises(ConfigError, match=r"frames\.runs.*sample=N"):
+        frames.runs(store)
+    assert len(frames.checkpoints(store, thread_id="t-00001")) == PER_THREAD  # one thread: no cap
+
+
+def test_explore_notebook_reads_no_whole_frame(bulk: Bulk, tmp_path: Path) -> None:
+    """The explore notebook on a store of 12,000 checkpoints with the row cap at 2,000: every
+    section runs (a whole-store frame would be refused), and the run health says it is a sample."""
+    executed = bundle.execute(
+        bundle.notebook("explore_store.ipynb"),
+        {"store_url": bulk.url, "output_dir": str(tmp_path / "charts")},
+        tmp_path / "executed",
+        env={MAX_ROWS_ENV: "2000"},
+        cwd=tmp_path,
+        timeout=600,
+    )
+    nb = nbformat.read(executed.path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [o for c in code for o in c.outputs if o.output_type == "error"] == []
+    text = "\n".join(o.get("text", "") for c in code for o in c.outputs)
+    assert f"{THREADS} threads, {THREADS * PER_THREAD} checkpoints" in text
+    assert "a sample: the runs of " in text
+    assert f"of {THREADS:,} threads, picked at random" in text
