@@ -196,6 +196,8 @@ def test_what_langgraph_cannot_keep_is_refused_unless_dropped_on_purpose(
     result = durability.copy(source, dst, threads=["done"], lossy=True)
     assert result.checkpoints == len(source.history("done", None)) - 1
     assert "dropped: " in result.plan.rows[0].reason
+    # Compared without the run end it dropped: copied, not to be resumed again.
+    assert plan_copy(source, dst, threads=["done"], lossy=True).rows[0].action == "skip"
 
 
 def test_a_langgraph_store_not_opened_writable_is_refused(
