@@ -210,3 +210,30 @@ def test_a_langgraph_store_not_opened_writable_is_refused(
         durability.copy(source, f"langgraph+sqlite:///{path}")
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize(
+    "bookkeeping",
+    ["not a dict", ["a", "list"], 7, {"channel_versions": "x"}, {"versions_seen": "x"}],
+)
+def test_a_checkpoint_whose_metadata_mimics_langgraph_is_refused_not_crashed(
+    tmp_path: Path, bookkeeping: object
+) -> None:
+    """A checkpoint whose metadata holds LangGraph's bookkeeping key as something else (any
+    writer may put any metadata) is a checkpoint no LangGraph saver wrote: the thread is
+    refused by name, nothing written."""
+    path = tmp_path / "lg.db"
+    _sqlite_saver(path).conn.close()
+    with durability.open(f"sqlite:///{tmp_path / 'src.db'}") as src:
+        src.put(
+            Checkpoint(
+                thread_id="mimic",
+                checkpoint_id="c0",
+                step_type="langgraph",
+                metadata={"__langgraph__": bookkeeping},
+            )
+        )
+        with pytest.raises(CopyRefused, match=r"'mimic'.*not written by a LangGraph saver"):
+            durability.copy(src, f"langgraph+sqlite:///{path}?writable=true")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
