@@ -382,16 +382,13 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
         metadata = dict(cp.metadata)
         bookkeeping = metadata.pop(BOOKKEEPING, {})
         versions = bookkeeping.get("channel_versions", {})
+        values = {ch: self._load(v) for ch, v in cp.state.items() if ch in versions}
         checkpoint: dict[str, Any] = {
             **bookkeeping,
             "id": cp.checkpoint_id,
-            "channel_values": {
-                channel: self._load(value)
-                for channel, value in cp.state.items()
-                if channel in versions
-            },
+            "channel_values": values,
         }
-        ordered = sorted(cp.writes, key=lambda w: (w.task_path, w.task_id, w.idx))
+        ordered = sorted(cp.writes, key=_write_order) if cp.writes else ()
         return CheckpointTuple(
             config=_config(cp.thread_id, cp.namespace, cp.checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -569,6 +566,11 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def _write_order(w: PendingWrite) -> tuple[str, str, int]:
+    """LangGraph's order of a checkpoint's pending writes."""
+    return (w.task_path, w.task_id, w.idx)
 
 
 def _saver_read(cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:

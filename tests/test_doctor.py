@@ -549,3 +549,21 @@ def test_the_sqlite_checks_probe_one_index_entry_per_row(tmp_path: Path) -> None
         "SEARCH parent",
     ]
     assert not [p for p in plans if "AUTOMATIC" in p]
+
+
+def test_postgres_computes_the_checkpoint_key_the_store_writes(tmp_path: Path) -> None:
+    """The parent probe on Postgres hashes the parent's id in the query: the same key the
+    store computes in Python for every id it can hold (Postgres text holds no NUL)."""
+    from durability.stores.sql.schema import checkpoint_key, postgres_checkpoint_key
+    from durability.testing import HOSTILE_IDS
+
+    for target in make_target("postgres", tmp_path):
+        with target.open(settings=SETTINGS) as store:
+            ids = [i for i in HOSTILE_IDS if "\x00" not in i]
+            with store.db.read("hash ids") as conn:  # type: ignore[attr-defined]
+                for thread in ids:
+                    parts = [sa.literal(p) for p in (thread, "ns é", ids[-1])]
+                    query = sa.select(postgres_checkpoint_key(*parts))
+                    assert conn.execute(query).scalar_one() == checkpoint_key(
+                        thread, "ns é", ids[-1]
+                    )

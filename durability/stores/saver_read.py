@@ -10,8 +10,7 @@ sealing rules, the id checks and the refusals are the store's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from durability import codec
 from durability.model import PendingWrite
@@ -23,11 +22,11 @@ if TYPE_CHECKING:
     from durability.stores.base import Store
 
 
-@dataclass(frozen=True, slots=True)
-class SaverRead:
+class SaverRead(NamedTuple):
     """What a checkpoint saver maps of a stored checkpoint: ids, state, metadata, writes.
 
-    ``writes`` are the checkpoint's pending writes in write order.
+    ``writes`` are the checkpoint's pending writes in write order. A named tuple: one is built
+    per read, and a frozen dataclass's ``__init__`` cost more than its fields.
     """
 
     thread_id: str
