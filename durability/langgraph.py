@@ -372,7 +372,7 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
                 thread_id, [(cp.namespace, cp.checkpoint_id) for cp in rows]
             )
             for cp in rows:
-                yield self._tuple(_saver_read(cp, writes[(cp.namespace, cp.checkpoint_id)]))
+                yield self._tuple(SaverRead.of(cp, writes[(cp.namespace, cp.checkpoint_id)]))
             if remaining is not None:
                 remaining -= len(rows)
                 if remaining <= 0:
@@ -571,19 +571,6 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
 def _write_order(w: PendingWrite) -> tuple[str, str, int]:
     """LangGraph's order of a checkpoint's pending writes."""
     return (w.task_path, w.task_id, w.idx)
-
-
-def _saver_read(cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:
-    return SaverRead(
-        cp.thread_id,
-        cp.namespace,
-        cp.checkpoint_id,
-        cp.parent_checkpoint_id,
-        cp.step_type,
-        cp.state,
-        cp.metadata,
-        writes,
-    )
 
 
 def _check_langgraph(cp: Checkpoint | SaverRead) -> None:

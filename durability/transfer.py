@@ -433,6 +433,9 @@ def _copy_thread(
     written = [0, 0]
     for start in range(done, len(rows), chunk_size):
         chunk = rows[start : start + chunk_size]
+        for r in chunk:  # stored rows are not decoded: a damaged one is refused before writing
+            if type(r) is EncodedCheckpoint:
+                r.check_numbers()
         keys = [(r.namespace, r.checkpoint_id) for r in chunk]
         writes = [w for ws in src._select_writes(row.thread_id, keys).values() for w in ws]
         batch.add(_carried(src, dst, chunk, row.target), _carried(src, dst, writes, row.target))

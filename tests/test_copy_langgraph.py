@@ -237,3 +237,39 @@ def test_a_checkpoint_whose_metadata_mimics_langgraph_is_refused_not_crashed(
             durability.copy(src, f"langgraph+sqlite:///{path}?writable=true")
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
+
+
+def test_the_cli_names_what_langgraph_cannot_keep_and_copies_with_lossy(
+    source: durability.stores.Store, tmp_path: Path
+) -> None:
+    """--dry-run shows the refusal's reason; --lossy --yes copies without the run end."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durability.cli import cli
+
+    path = tmp_path / "lg.db"
+    _sqlite_saver(path).conn.close()
+    last = source.newest_first("done", "", limit=1)[0]
+    source.put(
+        Checkpoint(
+            thread_id="done",
+            checkpoint_id="zz-end",
+            parent_checkpoint_id=last.checkpoint_id,
+            step_type="run_end",
+        )
+    )
+    src, dst = source.url, f"langgraph+sqlite:///{path}?writable=true"
+    runner = CliRunner()
+    dry = runner.invoke(cli, ["copy", src, dst, "--thread", "done", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    (row,) = json.loads(dry.output)["rows"]
+    assert row["action"] == "refuse"
+    assert "run end" in row["reason"]
+    assert "--lossy" in row["reason"]
+    refused = runner.invoke(cli, ["copy", src, dst, "--thread", "done", "--yes", "--json"])
+    assert refused.exit_code != 0
+    done = runner.invoke(cli, ["copy", src, dst, "--thread", "done", "--lossy", "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["totals"]["checkpoints"] == len(source.history("done", None)) - 1

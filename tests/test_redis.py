@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -568,7 +569,7 @@ def test_errors_from_the_server_are_mapped(open_redis: Opener, admin: Any) -> No
 
 @pytest.mark.parametrize("field", ["step", "iteration"])
 def test_a_document_whose_number_does_not_fit_in_64_bits_is_refused_when_read(
-    open_redis: Opener, field: str
+    open_redis: Opener, field: str, tmp_path: Path
 ) -> None:
     """A damaged (or hostile) document's step or iteration beyond 64 bits never reaches the
     reader: the read refuses, naming the field, the value, the checkpoint and the fix."""
@@ -586,6 +587,11 @@ def test_a_document_whose_number_does_not_fit_in_64_bits_is_refused_when_read(
     fields = orjson.loads(head)
     fields[HEADER_FIELDS.index(field)] = 2**64 - 1
     store.client.hset(docs, seq, orjson.dumps(fields) + b"\n" + body)
+    destination = tmp_path / "copy.db"
+    with pytest.raises(CodecError, match=field):  # copied as stored rows: refused the same
+        durability.copy(store, f"sqlite:///{destination}")
+    with durability.open(f"sqlite:///{destination}") as copied:
+        assert copied.thread("damaged") is None
     for read in (lambda: store.get("damaged", cp.checkpoint_id), lambda: store.history("damaged")):
         with pytest.raises(CodecError) as refused:
             read()

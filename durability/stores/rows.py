@@ -138,11 +138,8 @@ class EncodedCheckpoint:
         """
         loads = codec.loads
         text = self.state if state is None else state
-        # ``__init__``'s one check of a value (not of a type) is skipped below: a damaged row's
-        # number beyond 64 bits (Redis and archive texts can hold one) is refused here instead.
-        for name, number in (("step", self.step), ("iteration", self.iteration)):
-            if type(number) is int and not _INT64_MIN <= number <= _INT64_MAX:
-                raise _beyond_64_bits(self, name, number)
+        # ``__init__``'s one check of a value (not of a type) is skipped below: made here.
+        self.check_numbers()
         return _checkpoint_of(
             (
                 self.thread_id,
@@ -171,6 +168,13 @@ class EncodedCheckpoint:
                 self.size_bytes,
             )
         )
+
+    def check_numbers(self) -> None:
+        """Refuse a row whose step or iteration does not fit in 64 bits: no store writes one,
+        but a damaged (or hostile) Redis document or archive text can hold one."""
+        for name, number in (("step", self.step), ("iteration", self.iteration)):
+            if type(number) is int and not _INT64_MIN <= number <= _INT64_MAX:
+                raise _beyond_64_bits(self, name, number)
 
     def apply(self, change: StatusChange) -> None:
         """Take ``change``'s status and interrupt fields (``size_bytes`` follows the context)."""

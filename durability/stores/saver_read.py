@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from durability import codec
-from durability.model import PendingWrite
+from durability.model import Checkpoint, PendingWrite
 from durability.stores.ids import check_id, check_thread
 from durability.stores.rows import EncodedCheckpoint, SaverRow, Select
 from durability.stores.sealing import open_write, opened_state
@@ -38,6 +38,20 @@ class SaverRead(NamedTuple):
     metadata: dict[str, Any]
     writes: list[PendingWrite]
 
+    @classmethod
+    def of(cls, cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:
+        """What a saver maps of a checkpoint already decoded (a foreign store's, or a listing's)."""
+        return cls(
+            cp.thread_id,
+            cp.namespace,
+            cp.checkpoint_id,
+            cp.parent_checkpoint_id,
+            cp.step_type,
+            cp.state,
+            cp.metadata,
+            writes,
+        )
+
 
 def read_for_saver(
     store: Store, thread_id: str, namespace: str, checkpoint_id: str | None
@@ -59,17 +73,7 @@ def read_for_saver(
     row, write_rows = found
     writes = [open_write(store, w, action) for w in write_rows]
     if not isinstance(row, EncodedCheckpoint | SaverRow):
-        cp = row.decode()  # a foreign store's row decodes itself
-        return SaverRead(
-            cp.thread_id,
-            cp.namespace,
-            cp.checkpoint_id,
-            cp.parent_checkpoint_id,
-            cp.step_type,
-            cp.state,
-            cp.metadata,
-            writes,
-        )
+        return SaverRead.of(row.decode(), writes)  # a foreign store's row decodes itself
     return SaverRead(
         row.thread_id,
         row.namespace,
