@@ -1,0 +1,144 @@
+"""The drain to the real plane from a SQLite and a Postgres store, batch sizes alternated (issue 15).
+
+Run with ``PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_drain_stores.py``; set
+``DURABILITY_TEST_POSTGRES_URL`` to a database this benchmark may empty (its tables are dropped).
+The plane is ``durability plane serve`` (uvicorn on loopback, over SQLite) from
+``bench_replication.Plane``. Each store holds ``ROWS`` checkpoints with a ~2 KB state; every
+drain re-queues them all and is timed by ``bench_replication.Timed`` (first POST to last ack).
+Stores and batch sizes alternate run by run. ``PROFILE=DIR`` writes cProfile files of the
+client's drain (``client-<store>-<batch>.prof``). Prints figures only; RESULTS.md is written by
+hand from them.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import logging
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from bench_replication import Plane, state, timed_connection
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import durability
+from durability import Checkpoint
+from durability.replication import drain_once
+from durability.settings import Settings
+
+ROWS = int(os.environ.get("ROWS", "20000"))
+RUNS = int(os.environ.get("RUNS", "3"))
+BATCHES = (500, 1000)
+PROFILE = os.environ.get("PROFILE")
+REQUEUE = (
+    "DELETE FROM durability_synced",
+    "INSERT INTO durability_outbox (seq, project_id) "
+    "SELECT seq, project_id FROM durability_checkpoints",
+)
+
+
+def fill(store: Any) -> None:
+    for start in range(0, ROWS, 1000):
+        store.put_many(
+            [
+                Checkpoint(
+                    thread_id=f"run-{n // 20}",
+                    node_id=f"turn:{n % 20}",
+                    step=n % 20,
+                    state=state(n),
+                )
+                for n in range(start, start + 1000)
+            ]
+        )
+
+
+def requeue(url: str) -> None:
+    """Every row pending again (the outbox tables, decision 0060)."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            for sql in REQUEUE:
+                db.execute(sql)
+        return
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for sql in REQUEUE:
+            conn.execute(sa.text(sql))
+    engine.dispose()
+
+
+def empty_postgres(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        tables = conn.execute(sa.text("SELECT tablename FROM pg_tables WHERE schemaname='public'"))
+        for (table,) in tables.fetchall():
+            conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+    engine.dispose()
+
+
+def drain(store: Any, plane: Plane, batch: int, profile: str | None) -> tuple[float, float]:
+    """Rows per second, first POST to last ack, and the client's CPU share of the wall time."""
+    conn, timed = timed_connection(store, plane, batch_rows=batch)
+    profiler = cProfile.Profile() if profile else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    if profiler:
+        profiler.enable()
+    report = drain_once(conn)
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    conn.close()
+    assert report.synced == ROWS, report
+    assert timed.first is not None
+    assert timed.last is not None
+    return ROWS / (timed.last - timed.first), cpu / wall
+
+
+def main() -> None:
+    logging.getLogger("durability.replication").setLevel(logging.ERROR)
+    folder = Path(tempfile.mkdtemp(prefix="bench-drain-stores-"))
+    urls = {"sqlite": f"sqlite:///{folder / 'drain.db'}"}
+    if os.environ.get("DURABILITY_TEST_POSTGRES_URL"):
+        urls["postgres"] = os.environ["DURABILITY_TEST_POSTGRES_URL"]
+        empty_postgres(urls["postgres"])
+    stores = {name: durability.open(url, settings=Settings()) for name, url in urls.items()}
+    plane = Plane(folder)
+    rates: dict[tuple[str, int], list[float]] = {}
+    try:
+        for store in stores.values():
+            fill(store)
+        print(f"{ROWS} rows per store; load average {os.getloadavg()}", flush=True)
+        for run in range(RUNS):
+            names = list(stores) if run % 2 == 0 else list(reversed(stores))
+            batches = BATCHES if run % 2 == 0 else tuple(reversed(BATCHES))
+            for name in names:
+                for batch in batches:
+                    if run or rates.get((name, BATCHES[0])):
+                        requeue(urls[name])
+                    profile = f"{PROFILE}/client-{name}-{batch}.prof" if PROFILE else None
+                    rate, cpu = drain(stores[name], plane, batch, profile)
+                    rates.setdefault((name, batch), []).append(rate)
+                    print(
+                        f"{name} batch {batch} run {run + 1}: {rate:,.0f} rows/s "
+                        f"(client CPU {cpu:.0%} of wall, load {os.getloadavg()[0]:.2f})",
+                        flush=True,
+                    )
+        for (name, batch), values in rates.items():
+            print(
+                name, batch, f"median {statistics.median(values):,.0f}", [round(v) for v in values]
+            )
+    finally:
+        for store in stores.values():
+            store.close()
+        plane.stop()
+
+
+if __name__ == "__main__":
+    main()
