@@ -189,16 +189,17 @@ def profile(make: Callable[[], Any], op: str) -> str:
 WHY = {
     ("SQLite", "put"): (
         "At `synchronous=FULL` both savers wait for one fsync of the WAL per put, and a durability "
-        "put writes more WAL: its row is indexed by thread order, by a hash of its id, by id (for "
-        "LangGraph's latest) and by the outbox's partial index (see the Stores section). At "
+        "put writes more WAL (27.6 KB against 17.9 KB): its row is indexed by thread order with the "
+        "sweep's totals and by the unique (thread, namespace, id) index, and the outbox trigger adds "
+        "a row of its own (see the issue 15 section, which measures the fsync's CPU cost too). At "
         "durability's default (`NORMAL`, which survives a process kill) the put is 1.5-2x SqliteSaver's."
     ),
     ("SQLite", "get_tuple"): (
-        "The query is one index descent (migration 5); the rest is the model: six codec texts "
-        "(state, node input and output, counters, interrupt context, metadata) decoded and a "
-        "24-field `Checkpoint` built (~15 µs), then mapped back to LangGraph's dict, where "
-        "SqliteSaver unpacks one msgpack blob in C. A read does not depend on `synchronous`; the "
-        "peer's own figure moved by up to 1.7x between runs of this shared 2-core machine."
+        "One statement reads the saver's columns and the pending writes (a `json_group_array` "
+        "column, decision 0062); only the state and metadata are decoded, by orjson, then mapped "
+        "to LangGraph's dicts, where SqliteSaver unpacks one msgpack blob in C. The statement and "
+        "the two JSON decodes are about a quarter of the call; the rest is Python spread thin "
+        "(see the issue 15 section). A read does not depend on `synchronous`."
     ),
     ("SQLite", "list"): (
         "Two statements per thread (its checkpoints newest first, then the pending writes of all "
@@ -217,8 +218,9 @@ WHY = {
         "made the table 3.3x larger; not taken."
     ),
     ("Postgres", "get_tuple"): (
-        "Two round trips (the checkpoint, then its pending writes) where PostgresSaver joins "
-        "blobs and writes into one query, then the same decode as on SQLite."
+        "One round trip (the checkpoint's saver columns and a `json_agg` of its pending writes, "
+        "decision 0062), as PostgresSaver's; the rest is the state and metadata decoded by orjson "
+        "and the mapping to LangGraph's dicts."
     ),
     ("Postgres", "list"): (
         "Two round trips per thread (its checkpoints, then their pending writes in one `IN` "

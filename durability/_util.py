@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
@@ -17,8 +18,14 @@ def chunks(values: Sequence[_T], size: int = CHUNK) -> Iterator[list[_T]]:
         yield list(values[start : start + size])
 
 
+#: Query parameters that carry a password (libpq's ``password`` and ``sslpassword``, redis-py's
+#: ``password``): masked as the one in the user info is.
+_SECRET_PARAMETER = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (URLs appear in messages and reprs)."""
+    url = _SECRET_PARAMETER.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest.split("/", 1)[0]:
         return url

@@ -372,7 +372,7 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
                 thread_id, [(cp.namespace, cp.checkpoint_id) for cp in rows]
             )
             for cp in rows:
-                yield self._tuple(_saver_read(cp, writes[(cp.namespace, cp.checkpoint_id)]))
+                yield self._tuple(SaverRead.of(cp, writes[(cp.namespace, cp.checkpoint_id)]))
             if remaining is not None:
                 remaining -= len(rows)
                 if remaining <= 0:
@@ -382,16 +382,13 @@ class DurabilitySaver(BaseCheckpointSaver[str]):
         metadata = dict(cp.metadata)
         bookkeeping = metadata.pop(BOOKKEEPING, {})
         versions = bookkeeping.get("channel_versions", {})
+        values = {ch: self._load(v) for ch, v in cp.state.items() if ch in versions}
         checkpoint: dict[str, Any] = {
             **bookkeeping,
             "id": cp.checkpoint_id,
-            "channel_values": {
-                channel: self._load(value)
-                for channel, value in cp.state.items()
-                if channel in versions
-            },
+            "channel_values": values,
         }
-        ordered = sorted(cp.writes, key=lambda w: (w.task_path, w.task_id, w.idx))
+        ordered = sorted(cp.writes, key=_write_order) if cp.writes else ()
         return CheckpointTuple(
             config=_config(cp.thread_id, cp.namespace, cp.checkpoint_id),
             checkpoint=checkpoint,  # type: ignore[arg-type]
@@ -571,17 +568,9 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
     }
 
 
-def _saver_read(cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:
-    return SaverRead(
-        cp.thread_id,
-        cp.namespace,
-        cp.checkpoint_id,
-        cp.parent_checkpoint_id,
-        cp.step_type,
-        cp.state,
-        cp.metadata,
-        writes,
-    )
+def _write_order(w: PendingWrite) -> tuple[str, str, int]:
+    """LangGraph's order of a checkpoint's pending writes."""
+    return (w.task_path, w.task_id, w.idx)
 
 
 def _check_langgraph(cp: Checkpoint | SaverRead) -> None:

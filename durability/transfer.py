@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from durability.clock import as_utc
 from durability.errors import ConfigError, CopyRefused
-from durability.model import Checkpoint, PendingWrite, ThreadRecord
+from durability.model import STEP_RUN_END, Checkpoint, PendingWrite, ThreadRecord
 from durability.settings import Retention
 from durability.stores.base import Store
 from durability.stores.rows import EncodedCheckpoint, EncodedWrite, Select
@@ -310,21 +310,33 @@ def _row(
     row = CopyRow(record.thread_id, target, "copy", record.checkpoints, len(held), "")
     if not held:
         return replace(row, reason="not in the destination")
-    return _classify(row, _ids(src, record.thread_id), held, ordered=_keeps_order(dst))
+    # A LangGraph store never holds run ends (a lossy copy drops them): compared without them.
+    ours = _ids(src, record.thread_id, run_ends=_keeps_run_ends(dst))
+    return _classify(row, ours, held, ordered=_keeps_order(dst))
 
 
-def _ids(store: Store, thread_id: str) -> list[tuple[str, str]]:
+def _ids(store: Store, thread_id: str, *, run_ends: bool = True) -> list[tuple[str, str]]:
     """``(namespace, checkpoint_id)`` of the thread's checkpoints in write order (no payloads)."""
     found: list[tuple[int, str, str]] = []
-    columns = ("namespace", "checkpoint_id", "seq")
+    columns = ("namespace", "checkpoint_id", "seq", "step_type")
     for chunk in store.checkpoint_columns(thread_id, columns=columns):
-        found += zip(
-            chunk["seq"].tolist(),
-            chunk["namespace"].tolist(),
-            chunk["checkpoint_id"].tolist(),
-            strict=True,
+        found += (
+            (seq, ns, cid)
+            for seq, ns, cid, kind in zip(
+                chunk["seq"].tolist(),
+                chunk["namespace"].tolist(),
+                chunk["checkpoint_id"].tolist(),
+                chunk["step_type"].tolist(),
+                strict=True,
+            )
+            if run_ends or kind != STEP_RUN_END
         )
     return [(ns, cid) for _, ns, cid in sorted(found)]
+
+
+def _keeps_run_ends(dst: Store) -> bool:
+    """Whether the store can hold run ends (LangGraph's tables cannot)."""
+    return not dst.provider.startswith("langgraph")
 
 
 def _keeps_order(dst: Store) -> bool:
@@ -393,7 +405,8 @@ def _copier(
 def _copy_into_langgraph(
     src: Store, writer: Any, row: CopyRow, chunk_size: int, bar: Any
 ) -> tuple[int, int]:
-    history = src.history(row.thread_id, None)
+    # Run ends are dropped (the plan refused them unless lossy); resumed past what is held.
+    history = [c for c in src.history(row.thread_id, None) if not c.is_run_end]
     if row.present:  # the first checkpoints in write order are there (compared as sets)
         bar.update(row.present)
     written = [0, 0]
@@ -420,6 +433,9 @@ def _copy_thread(
     written = [0, 0]
     for start in range(done, len(rows), chunk_size):
         chunk = rows[start : start + chunk_size]
+        for r in chunk:  # stored rows are not decoded: a damaged one is refused before writing
+            if type(r) is EncodedCheckpoint:
+                r.check_numbers()
         keys = [(r.namespace, r.checkpoint_id) for r in chunk]
         writes = [w for ws in src._select_writes(row.thread_id, keys).values() for w in ws]
         batch.add(_carried(src, dst, chunk, row.target), _carried(src, dst, writes, row.target))

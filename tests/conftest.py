@@ -54,7 +54,7 @@ def postgres_admin() -> object:
 
 
 #: The database the LangGraph Postgres tests hand PostgresSaver (a libpq URL; a schema per test).
-LANGGRAPH_PG = "postgresql://postgres@127.0.0.1:5432/test"
+LANGGRAPH_PG = "postgresql://" + POSTGRES_URL.split("://", 1)[1]
 
 
 def langgraph_pg_engine() -> Any:

@@ -181,3 +181,33 @@ def test_a_batch_cut_short_is_not_read(tmp_path: Path) -> None:
     path.write_bytes(data + gzip.compress(b'{"kind":"header"}\n' * 50)[:-20])
     with durability.open(f"archive:///{tmp_path / 'ar'}") as read:
         assert len(list(read.iter_threads())) == 6
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"not json",
+        b"[1]",
+        b'{"kind": "checkpoint", "foo": 1}',
+        b'{"kind": "write"}',
+        b'{"kind": "thread", "thread_id": "t"}',
+    ],
+)
+def test_a_record_durability_never_writes_is_refused_naming_the_file(
+    tmp_path: Path, record: bytes
+) -> None:
+    """A damaged or foreign file in the directory: opening refuses with the format error,
+    naming the file and the fix, never a bare decoding error (and never the record's text)."""
+    from durability.errors import CheckpointStoreFormatError
+
+    _write_archive(tmp_path / "ar", 1, 2, 10)
+    bad = tmp_path / "ar" / "zz-bad.jsonl.gz"
+    bad.write_bytes(gzip.compress(record + b"\n"))
+    with (
+        pytest.raises(CheckpointStoreFormatError) as refused,
+        durability.open(f"archive:///{tmp_path / 'ar'}") as read,
+    ):
+        list(read.iter_threads())
+    message = str(refused.value)
+    assert "zz-bad.jsonl.gz" in message
+    assert "move the file out" in message

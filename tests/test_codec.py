@@ -720,6 +720,50 @@ def test_write_refusal(make: Any, path: str, fix: str) -> None:
     assert len(message) < 600
 
 
+@pytest.mark.skipif(not HAVE_LANGCHAIN, reason="needs the langgraph extra (LangChain)")
+def test_a_message_given_its_id_while_being_written_is_written_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LangGraph writes a checkpoint on a background thread while add_messages gives the same
+    message its id: the value changed between the dump and the check is dumped again."""
+    import langchain_core.load
+
+    message = HumanMessage("Refund order 42")
+    real_dumpd = langchain_core.load.dumpd
+    calls = []
+
+    def dumpd_then_assign_id(value: Any) -> Any:
+        data = real_dumpd(value)
+        calls.append(data)
+        if len(calls) == 1:
+            message.id = "assigned-meanwhile"  # what the graph's next step does
+        return data
+
+    monkeypatch.setattr(langchain_core.load, "dumpd", dumpd_then_assign_id)
+    back = loads(dumps({"m": [message]}, path="state"), path="state")
+    assert back["m"][0] == message
+    assert back["m"][0].id == "assigned-meanwhile"
+
+
+@pytest.mark.skipif(not HAVE_LANGCHAIN, reason="needs the langgraph extra (LangChain)")
+def test_a_message_that_never_stops_changing_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import langchain_core.load
+
+    message = HumanMessage("Refund order 42")
+    real_dumpd = langchain_core.load.dumpd
+
+    def dumpd_then_change(value: Any) -> Any:
+        data = real_dumpd(value)
+        message.id = uuid.uuid4().hex
+        return data
+
+    monkeypatch.setattr(langchain_core.load, "dumpd", dumpd_then_change)
+    with pytest.raises(CodecError, match="changed while it was being written, 3 times"):
+        dumps(message, path="state")
+
+
 READ_REFUSALS = [
     pytest.param('{"a":', "state", "not valid JSON", id="not-json"),
     pytest.param('{"a": {"$t": "nope"}}', "state.a", "upgrade durability", id="unknown-tag"),

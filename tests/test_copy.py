@@ -220,3 +220,27 @@ def test_the_bulk_copy_into_postgres_keeps_the_insert_refusals(tmp_path: Path, p
         rows = src._select(Select("a-order", None))
         with pytest.raises(CheckpointConflict, match="nothing was written"):
             dst.bulk.load(rows[:1], [])
+
+
+def test_the_bulk_copy_into_postgres_re_seals(tmp_path: Path, pg_url: str) -> None:
+    """Through COPY too: a renamed copy re-seals state and writes for the new thread id, and a
+    clear store copied into one that encrypts is sealed."""
+    import os
+
+    from durability.crypto import Keyring, is_sealed
+    from durability.stores.rows import Select
+
+    ring = Keyring({"k1": os.urandom(32)})
+    with (
+        durability.open(f"sqlite:///{tmp_path / 'sealed.db'}", keyring=ring) as sealed,
+        durability.open(f"sqlite:///{tmp_path / 'clear.db'}") as clear,
+        durability.open(pg_url, keyring=ring) as dst,
+    ):
+        _thread(sealed, "order")
+        _thread(clear, "plain")
+        durability.copy(sealed, dst, rename="{thread_id}-copy", chunk_size=4)
+        durability.copy(clear, dst, chunk_size=4)
+        _same(sealed, dst, "order", "order-copy")
+        _same(clear, dst, "plain", "plain")
+        for thread in ("order-copy", "plain"):
+            assert all(is_sealed(r.state) for r in dst._select(Select(thread, None)))

@@ -19,7 +19,7 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
-from conftest import fastaiagent_sdk
+from conftest import LANGGRAPH_PG, fastaiagent_sdk
 from langchain_core.messages import AIMessage
 
 import durability
@@ -29,7 +29,7 @@ from durability.settings import Settings
 from durability.stores.foreign import parse_time
 
 HERE = Path(__file__).resolve().parent
-PG = "postgresql://postgres@127.0.0.1:5432/test"
+PG = LANGGRAPH_PG
 SETTINGS = Settings(waiting_retention=timedelta(days=30))
 
 
@@ -237,7 +237,7 @@ def test_fastaiagent_postgres_maps_what_the_sdk_wrote(pg_schema: str, tmp_path: 
     """A fastaiagent Postgres schema reads like its SQLite twin (seq by created_at, no project ids)."""
     written = json.loads(fastaiagent_sdk("postgres", PG, pg_schema, cwd=tmp_path))
     with durability.open(
-        f"fastaiagent+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}",
+        f"fastaiagent+{LANGGRAPH_PG}?schema={pg_schema}",
         settings=SETTINGS,
     ) as store:
         _check_fastaiagent(store, written)
@@ -370,7 +370,5 @@ def test_langgraph_postgres_maps_what_the_saver_wrote(pg_schema: str) -> None:
     with PostgresSaver.from_conn_string(dsn) as saver:
         saver.setup()
         _run_langgraph(saver)
-        with durability.open(
-            f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={pg_schema}"
-        ) as store:
+        with durability.open(f"langgraph+{LANGGRAPH_PG}?schema={pg_schema}") as store:
             _check_langgraph(store, saver)

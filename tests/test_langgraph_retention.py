@@ -13,6 +13,7 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
+from conftest import LANGGRAPH_PG
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -223,7 +224,7 @@ def test_a_postgres_sweep_removes_checkpoints_blobs_and_writes_orphans_included(
             f'INSERT INTO "{schema}".checkpoint_blobs VALUES (%s, %s, %s, %s, %s, %s)',
             ("a", "", "orphan", "999", "bytes", b"left behind"),
         )
-    url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}&writable=true"
+    url = f"langgraph+{LANGGRAPH_PG}?schema={schema}&writable=true"
     with durability.open(url, settings=SETTINGS) as store:
         store.record_run_start("keep", run_id="r", owner="ops")
         for t in ("a", "b"):
@@ -246,7 +247,7 @@ def test_an_unknown_postgres_migration_level_is_refused_before_any_delete(
     with saver.conn.cursor() as cur:
         cur.execute(f'INSERT INTO "{schema}".checkpoint_migrations VALUES (42)')
     before = _pg_rows(saver, schema)
-    url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}&writable=true"
+    url = f"langgraph+{LANGGRAPH_PG}?schema={schema}&writable=true"
     later = datetime.now(UTC) + timedelta(days=365)
     with (
         durability.open(url, settings=SETTINGS) as store,
@@ -261,7 +262,7 @@ def test_a_postgres_store_without_writable_refuses_the_sweep(pg_langgraph: tuple
     schema, saver = pg_langgraph
     lg.start(saver, "a")
     before = _pg_rows(saver, schema)
-    url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+    url = f"langgraph+{LANGGRAPH_PG}?schema={schema}"
     with (
         durability.open(url, settings=SETTINGS) as store,
         pytest.raises(ReadOnlyStoreError, match=r"writable=true"),

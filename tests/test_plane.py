@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import orjson
 from click.testing import CliRunner
+from conftest import POSTGRES_URL
 from plane_support import PlaneHandle
 
 import durability
@@ -293,7 +294,7 @@ def test_postgres_storage(plane: PlaneHandle) -> None:
 
     import sqlalchemy as sa
 
-    url = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    url = POSTGRES_URL
     schema = f"plane_{uuid.uuid4().hex[:12]}"
     try:
         engine = sa.create_engine(url)

@@ -17,7 +17,7 @@ from sql_support import assert_rows_kept, write_version_1_store
 
 import durability
 from durability import Checkpoint, PendingWrite
-from durability.errors import CheckpointStoreFormatError, ConfigError
+from durability.errors import CheckpointStoreFormatError, ConfigError, StoreError
 from durability.settings import Settings
 from durability.stores.sql import SQLStore
 from durability.stores.sql.migrations import MIGRATIONS
@@ -252,3 +252,19 @@ def test_checkpoints_without_a_generation_are_refused(admin: Any, schema: str) -
         assert store.history("t") == []
         store.put(Checkpoint(thread_id="t"))
         assert len(store.history("t")) == 1
+
+
+def test_a_value_postgres_cannot_hold_is_refused_as_a_value_not_a_schema_problem(
+    schema: str,
+) -> None:
+    """A NUL in a text field is refused naming the value; the advice is never to reset the store."""
+    with open_pg(schema) as store:
+        store.put(Checkpoint(thread_id="t", node_id="first"))
+        with pytest.raises(StoreError) as caught:
+            store.put(Checkpoint(thread_id="t", node_id="a\x00b"))
+        message = str(caught.value)
+        assert "cannot put a checkpoint" in message
+        assert "NUL" in message
+        assert "change that value" in message
+        assert "store reset" not in message
+        assert [c.node_id for c in store.history("t")] == ["first"]

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -564,3 +565,38 @@ def test_errors_from_the_server_are_mapped(open_redis: Opener, admin: Any) -> No
     admin.set(store.keys.threads, "not a sorted set")
     with pytest.raises(durability.errors.StoreError, match="list threads"):
         store.threads()
+
+
+@pytest.mark.parametrize("field", ["step", "iteration"])
+def test_a_document_whose_number_does_not_fit_in_64_bits_is_refused_when_read(
+    open_redis: Opener, field: str, tmp_path: Path
+) -> None:
+    """A damaged (or hostile) document's step or iteration beyond 64 bits never reaches the
+    reader: the read refuses, naming the field, the value, the checkpoint and the fix."""
+    import orjson
+
+    from durability.errors import CodecError
+    from durability.stores.redis.documents import HEADER_FIELDS
+
+    store = open_redis()
+    cp = store.put(Checkpoint(thread_id="damaged", step=1))
+    key = thread_keys(store, "damaged")
+    (docs,) = [k for k in key if k.endswith(":c")]
+    ((seq, doc),) = store.client.hgetall(docs).items()
+    head, body = doc.split(b"\n", 1)
+    fields = orjson.loads(head)
+    fields[HEADER_FIELDS.index(field)] = 2**64 - 1
+    store.client.hset(docs, seq, orjson.dumps(fields) + b"\n" + body)
+    destination = tmp_path / "copy.db"
+    with pytest.raises(CodecError, match=field):  # copied as stored rows: refused the same
+        durability.copy(store, f"sqlite:///{destination}")
+    with durability.open(f"sqlite:///{destination}") as copied:
+        assert copied.thread("damaged") is None
+    for read in (lambda: store.get("damaged", cp.checkpoint_id), lambda: store.history("damaged")):
+        with pytest.raises(CodecError) as refused:
+            read()
+        message = str(refused.value)
+        assert field in message
+        assert str(2**64 - 1) in message
+        assert cp.checkpoint_id in message
+        assert "restore it from a copy" in message

@@ -202,6 +202,22 @@ def test_passwords_never_appear(tmp_path: Path) -> None:
     assert isinstance(info.value, ConnectionError)
 
 
+def test_passwords_in_the_query_never_appear() -> None:
+    """libpq and redis-py also take a password as a query parameter: masked there too."""
+    url = "postgresql+psycopg://me@127.0.0.1:1/nodb?sslmode=disable&password=s3cret"
+    assert redact_url(url) == (
+        "postgresql+psycopg://me@127.0.0.1:1/nodb?sslmode=disable&password=***"
+    )
+    assert redact_url("redis://h:1/0?password=s3cret&prefix=p") == (
+        "redis://h:1/0?password=***&prefix=p"
+    )
+    store = durability.open(url, settings=Settings())
+    assert "s3cret" not in repr(store)
+    with pytest.raises(StoreUnavailable) as info:
+        store.latest("t")
+    assert "s3cret" not in str(info.value)
+
+
 def test_sqlite_synchronous_option(tmp_path: Path) -> None:
     """synchronous=FULL is applied to every connection; NORMAL is the default."""
     for option, expected in ((None, 1), ("FULL", 2)):

@@ -8,6 +8,7 @@ from typing import Any
 
 import langgraph_graph as lg
 import pytest
+from conftest import LANGGRAPH_PG
 
 import durability
 from durability.errors import ReadOnlyStoreError
@@ -99,7 +100,7 @@ def test_thinning_a_postgres_langgraph_store_drops_blobs_no_kept_checkpoint_refe
     """PostgresSaver: thinned to the latest, the thread resumes and every blob left is referenced."""
     schema, saver = pg_langgraph
     lg.start(saver, "waiting")
-    url = f"langgraph+postgresql://postgres@127.0.0.1:5432/test?schema={schema}&writable=true"
+    url = f"langgraph+{LANGGRAPH_PG}?schema={schema}&writable=true"
     with durability.open(url) as store:
         result = thin(store, keep_latest=1)
     assert result.removed["waiting"][0] > 0

@@ -200,7 +200,16 @@ def parse_member(
 ) -> Iterator[ThreadRecord | EncodedCheckpoint | EncodedWrite]:
     """The records of one member's text, the header checked."""
     for raw in data.splitlines():
-        item = _parse(json.loads(raw), path)
+        try:
+            item = _parse(json.loads(raw), path)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # Not the record's text: it may hold a thread's state.
+            raise CheckpointStoreFormatError(
+                f"cannot read the archive {str(path)!r}: it holds a record durability never "
+                f"writes ({type(exc).__name__}: {str(exc)[:120]}); it was damaged or is not a "
+                "durability archive — move the file out of the directory (or restore it from "
+                "a copy) and open the archive again"
+            ) from None
         if item is not None:
             yield item
 

@@ -42,6 +42,9 @@ from durability.codec._shared import (
     _type_name,
 )
 
+#: How often a LangChain object that changes while being written is dumped again.
+_LANGCHAIN_DUMPS = 3
+
 
 def _enc_float(value: float) -> float:
     if isfinite(value):
@@ -382,25 +385,34 @@ class _Encoder:
             base = next(b for b in cls.__mro__ if b.__module__.startswith("langchain"))
             who += f" (a subclass of {_type_name(base)})"
             fix = "use the LangChain class itself, or a plain dict"
-        data = dumpd(value)
-        try:
-            revived = _langchain_load(data)
-        except Exception as exc:
-            raise _Refused(
-                f"{who} is a LangChain object its loader will not revive "
-                f"({type(exc).__name__}); {fix}"
-            ) from None
-        if type(revived) is not cls:
-            raise _Refused(
-                f"{who} would be read back by LangChain's loader as "
-                f"{_type_name(type(revived))}; use the LangChain class itself, or a plain dict"
-            )
-        if revived != value:
-            raise _Refused(
-                f"{who} would not be read back by LangChain's loader as an equal value (a "
-                "field it cannot serialize, or a secret); keep such fields out of it"
-            )
-        return {_MARK: "lc", "v": self.encode(data)}
+        # LangGraph writes a checkpoint on a background thread while the next step runs, and
+        # add_messages gives a message its id in place: a value that changed between the dump
+        # and the comparison is dumped again rather than refused.
+        for _ in range(_LANGCHAIN_DUMPS):
+            data = dumpd(value)
+            try:
+                revived = _langchain_load(data)
+            except Exception as exc:
+                raise _Refused(
+                    f"{who} is a LangChain object its loader will not revive "
+                    f"({type(exc).__name__}); {fix}"
+                ) from None
+            if type(revived) is not cls:
+                raise _Refused(
+                    f"{who} would be read back by LangChain's loader as "
+                    f"{_type_name(type(revived))}; use the LangChain class itself, or a plain dict"
+                )
+            if revived == value:
+                return {_MARK: "lc", "v": self.encode(data)}
+            if dumpd(value) == data:
+                raise _Refused(
+                    f"{who} would not be read back by LangChain's loader as an equal value (a "
+                    "field it cannot serialize, or a secret); keep such fields out of it"
+                )
+        raise _Refused(
+            f"{who} changed while it was being written, {_LANGCHAIN_DUMPS} times; write it "
+            "from one thread, or a copy of it"
+        )
 
     def exception_(self, value: BaseException) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}

@@ -161,15 +161,25 @@ def _same_checkpoint(store: Store, table: Any, other: Any, checkpoint_id: Any = 
     10,000 checkpoints would make the check quadratic). SQLite's rebuilt table (migration 15)
     keeps one unique index of ``(thread_id, namespace, checkpoint_id)`` and no hash index, so
     there the ids are compared; Postgres keeps the ``(tkey, ckey)`` hashes (its btree cannot
-    hold a 10 KB id) and a parent, which has no hash to compare, is found by its thread's hash
-    and ids (Postgres plans the whole anti-join as a hash join).
+    hold a 10 KB id), so there a parent's hash is computed in the query (a table without
+    statistics yet is otherwise probed by its thread's hash alone, row by row).
     """
+    from durability.stores.sql.schema import postgres_checkpoint_key
+
     t = table.c
-    if checkpoint_id is None and store.provider == "postgres":
-        return [t.tkey == other.tkey, t.ckey == other.ckey]
-    thread = t.thread_id == other.thread_id if store.provider == "sqlite" else t.tkey == other.tkey
     wanted = other.checkpoint_id if checkpoint_id is None else checkpoint_id
-    return [thread, t.namespace == other.namespace, t.checkpoint_id == wanted]
+    if store.provider == "sqlite":
+        return [
+            t.thread_id == other.thread_id,
+            t.namespace == other.namespace,
+            t.checkpoint_id == wanted,
+        ]
+    key = (
+        other.ckey
+        if checkpoint_id is None
+        else postgres_checkpoint_key(other.thread_id, other.namespace, wanted)
+    )
+    return [t.tkey == other.tkey, t.ckey == key]
 
 
 def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:

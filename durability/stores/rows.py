@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 from durability import codec
 from durability.clock import as_utc
 from durability.crypto.format import ENVELOPE_PREFIX, Sealed
+from durability.errors import CodecError
 from durability.model import Checkpoint, PendingWrite
 
 #: The ids that address a checkpoint and its run.
@@ -137,6 +138,8 @@ class EncodedCheckpoint:
         """
         loads = codec.loads
         text = self.state if state is None else state
+        # ``__init__``'s one check of a value (not of a type) is skipped below: made here.
+        self.check_numbers()
         return _checkpoint_of(
             (
                 self.thread_id,
@@ -166,6 +169,13 @@ class EncodedCheckpoint:
             )
         )
 
+    def check_numbers(self) -> None:
+        """Refuse a row whose step or iteration does not fit in 64 bits: no store writes one,
+        but a damaged (or hostile) Redis document or archive text can hold one."""
+        for name, number in (("step", self.step), ("iteration", self.iteration)):
+            if type(number) is int and not _INT64_MIN <= number <= _INT64_MAX:
+                raise _beyond_64_bits(self, name, number)
+
     def apply(self, change: StatusChange) -> None:
         """Take ``change``'s status and interrupt fields (``size_bytes`` follows the context)."""
         self.size_bytes += utf8_len(change.interrupt_context) - utf8_len(self.interrupt_context)
@@ -192,6 +202,19 @@ assert (
 ) == _CHECKPOINT_FIELDS
 #: The slot setters of a checkpoint's fields, in field order (see :func:`_checkpoint_of`).
 _CHECKPOINT_SETTERS = tuple(Checkpoint.__dict__[name].__set__ for name in _CHECKPOINT_FIELDS)
+
+
+#: The range of a stored integer (every store's column is signed 64-bit).
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _beyond_64_bits(row: EncodedCheckpoint, name: str, number: int) -> CodecError:
+    return CodecError(
+        f"cannot read back checkpoint {row.checkpoint_id[:80]!r} of thread "
+        f"{row.thread_id[:80]!r}: its {name} {number} does not fit in 64 bits, which no store "
+        "writes; the row was damaged or not written by durability, restore it from a copy",
+        path=name,
+    )
 
 
 def _checkpoint_of(values: Iterable[object]) -> Checkpoint:

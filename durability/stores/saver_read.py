@@ -10,11 +10,10 @@ sealing rules, the id checks and the refusals are the store's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from durability import codec
-from durability.model import PendingWrite
+from durability.model import Checkpoint, PendingWrite
 from durability.stores.ids import check_id, check_thread
 from durability.stores.rows import EncodedCheckpoint, SaverRow, Select
 from durability.stores.sealing import open_write, opened_state
@@ -23,11 +22,11 @@ if TYPE_CHECKING:
     from durability.stores.base import Store
 
 
-@dataclass(frozen=True, slots=True)
-class SaverRead:
+class SaverRead(NamedTuple):
     """What a checkpoint saver maps of a stored checkpoint: ids, state, metadata, writes.
 
-    ``writes`` are the checkpoint's pending writes in write order.
+    ``writes`` are the checkpoint's pending writes in write order. A named tuple: one is built
+    per read, and a frozen dataclass's ``__init__`` cost more than its fields.
     """
 
     thread_id: str
@@ -38,6 +37,20 @@ class SaverRead:
     state: Any
     metadata: dict[str, Any]
     writes: list[PendingWrite]
+
+    @classmethod
+    def of(cls, cp: Checkpoint, writes: list[PendingWrite]) -> SaverRead:
+        """What a saver maps of a checkpoint already decoded (a foreign store's, or a listing's)."""
+        return cls(
+            cp.thread_id,
+            cp.namespace,
+            cp.checkpoint_id,
+            cp.parent_checkpoint_id,
+            cp.step_type,
+            cp.state,
+            cp.metadata,
+            writes,
+        )
 
 
 def read_for_saver(
@@ -60,17 +73,7 @@ def read_for_saver(
     row, write_rows = found
     writes = [open_write(store, w, action) for w in write_rows]
     if not isinstance(row, EncodedCheckpoint | SaverRow):
-        cp = row.decode()  # a foreign store's row decodes itself
-        return SaverRead(
-            cp.thread_id,
-            cp.namespace,
-            cp.checkpoint_id,
-            cp.parent_checkpoint_id,
-            cp.step_type,
-            cp.state,
-            cp.metadata,
-            writes,
-        )
+        return SaverRead.of(row.decode(), writes)  # a foreign store's row decodes itself
     return SaverRead(
         row.thread_id,
         row.namespace,

@@ -77,14 +77,14 @@ def check_thread(src: Store, dst: LangGraphStore, thread_id: str) -> Verdict:
     history = src.history(thread_id, None)
     writes = src.writes_of(thread_id, [(c.namespace, c.checkpoint_id) for c in history])
     seen = {
-        (c.namespace, c.checkpoint_id): c.metadata.get(BOOKKEEPING, {}).get("versions_seen", {})
+        (c.namespace, c.checkpoint_id): (_bookkeeping(c) or {}).get("versions_seen") or {}
         for c in history
     }
     lost: Counter[str] = Counter()
     if src.sealer is not None:
         lost["state encrypted at rest here (LangGraph's saver would store it in clear)"] += 1
     for cp in history:
-        if cp.step_type != STEP_LANGGRAPH or not isinstance(cp.metadata.get(BOOKKEEPING), dict):
+        if cp.step_type != STEP_LANGGRAPH or _bookkeeping(cp) is None:
             if cp.is_run_end:
                 lost["run end (LangGraph keeps none)"] += 1
                 continue
@@ -99,6 +99,16 @@ def check_thread(src: Store, dst: LangGraphStore, thread_id: str) -> Verdict:
         lost.update(_checkpoint_losses(cp, pending, parent, serde, dst.dialect))
         lost.update(_write_losses(pending, serde))
     return Verdict(None, tuple(f"{label} ×{n}" for label, n in lost.most_common()))
+
+
+def _bookkeeping(cp: Checkpoint) -> dict[str, Any] | None:
+    """LangGraph's bookkeeping in ``cp``'s metadata, or ``None`` when there is none as a saver
+    writes it (any writer may put anything under its key, and it is handed to LangGraph)."""
+    found = cp.metadata.get(BOOKKEEPING) if isinstance(cp.metadata, dict) else None
+    if not isinstance(found, dict):
+        return None
+    kept = (found.get(name) for name in ("channel_versions", "versions_seen"))
+    return found if all(v is None or isinstance(v, dict) for v in kept) else None
 
 
 def _checkpoint_losses(

@@ -185,6 +185,11 @@ class Database:
             return StoreError(
                 f"cannot {action} in {where}: the database refused it ({message}); {CHECK_THE_SCHEMA}"
             )
+        if isinstance(exc, sa_exc.DataError):  # a value, not the schema: the store is unchanged
+            return StoreError(
+                f"cannot {action} in {where}: the database cannot hold a value it was given "
+                f"({message}); change that value (PostgreSQL text cannot hold NUL characters)"
+            )
         if _SCHEMA_CHANGED.search(message):  # SQLite says so as an OperationalError
             return StoreError(f"cannot {action} in {where}: {message}; {CHECK_THE_SCHEMA}")
         if isinstance(

@@ -256,6 +256,17 @@ def checkpoint_key(thread_id: str, namespace: str, checkpoint_id: str) -> str:
     return hash_of(thread_id, namespace, checkpoint_id)
 
 
+def postgres_checkpoint_key(thread_id: Any, namespace: Any, checkpoint_id: Any) -> Any:
+    """:func:`checkpoint_key` computed by Postgres from three column expressions (the same
+    SHA-256 of the UTF-8 parts joined by NUL, its first 32 hex digits), so a query can probe
+    the ``(tkey, ckey)`` index for a checkpoint it names by id, such as a row's parent."""
+    nul = sa.literal(b"\x00", sa.LargeBinary)
+    joined = sa.func.convert_to(thread_id, "UTF8").op("||")(nul)
+    joined = joined.op("||")(sa.func.convert_to(namespace, "UTF8")).op("||")(nul)
+    joined = joined.op("||")(sa.func.convert_to(checkpoint_id, "UTF8"))
+    return sa.func.substr(sa.func.encode(sa.func.sha256(joined), "hex"), 1, 32)
+
+
 def write_key(thread_id: str, namespace: str, checkpoint_id: str, task_id: str, idx: int) -> str:
     """The indexed hash that makes a pending write unique (first write wins)."""
     return hash_of(thread_id, namespace, checkpoint_id, task_id, str(idx))
