@@ -19,12 +19,23 @@ from durability.model import Checkpoint
 from durability.transfer import plan_copy
 
 
-def _sqlite_saver(path: Path) -> Any:
-    from langgraph.checkpoint.sqlite import SqliteSaver
+def _empty_langgraph_store(path: Path) -> None:
+    """A LangGraph SQLite store with its tables and no checkpoint."""
+    lg.sqlite_saver(path).conn.close()
 
-    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
-    saver.setup()
-    return saver
+
+def _end_the_run(source: durability.stores.Store, thread_id: str) -> str:
+    """Put a run end after the thread's newest checkpoint; return that checkpoint's id."""
+    last = source.newest_first(thread_id, "", limit=1)[0]
+    source.put(
+        Checkpoint(
+            thread_id=thread_id,
+            checkpoint_id="zz-end",
+            parent_checkpoint_id=last.checkpoint_id,
+            step_type="run_end",
+        )
+    )
+    return last.checkpoint_id
 
 
 def _history(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
@@ -101,7 +112,7 @@ def test_a_stategraph_continues_on_a_langgraph_sqlite_store_copied_from_durabili
     """durability SQLite → LangGraph SQLite through SqliteSaver: ids, parents, metadata, writes
     and interrupts as LangGraph reads them; the ledger in the sidecar; the graph resumes."""
     path = tmp_path / "lg.db"
-    theirs = _sqlite_saver(path)
+    theirs = lg.sqlite_saver(path)
     result = durability.copy(source, f"langgraph+sqlite:///{path}?writable=true")
     assert sorted(result.copied) == ["done", "waiting"]
     assert result.checkpoints == len(source.history("done", None)) + len(
@@ -170,21 +181,12 @@ def test_what_langgraph_cannot_keep_is_refused_unless_dropped_on_purpose(
     """A durability runner's thread is refused; a run end and a status LangGraph derives
     otherwise are named and refused, then dropped with lossy=True; nothing is written before."""
     path = tmp_path / "lg.db"
-    _sqlite_saver(path).conn.close()
+    _empty_langgraph_store(path)
     dst = f"langgraph+sqlite:///{path}?writable=true"
     source.put(Checkpoint(thread_id="runner", checkpoint_id="c0", state={"i": 1}))
     with pytest.raises(CopyRefused, match=r"'runner'.*not written by a LangGraph saver"):
         durability.copy(source, dst)
-    last = source.newest_first("done", "", limit=1)[0]
-    source.put(
-        Checkpoint(
-            thread_id="done",
-            checkpoint_id="zz-end",
-            parent_checkpoint_id=last.checkpoint_id,
-            step_type="run_end",
-        )
-    )
-    source.set_status("done", last.checkpoint_id, status="failed")
+    source.set_status("done", _end_the_run(source, "done"), status="failed")
     plan = plan_copy(source, dst, threads=["done"])
     assert plan.rows[0].action == "refuse"
     assert "run end" in plan.rows[0].reason
@@ -205,7 +207,7 @@ def test_a_langgraph_store_not_opened_writable_is_refused(
 ) -> None:
     """Without ?writable=true the copy is refused naming the fix, the store unchanged."""
     path = tmp_path / "lg.db"
-    _sqlite_saver(path).conn.close()
+    _empty_langgraph_store(path)
     with pytest.raises(ReadOnlyStoreError, match=r"writable=true"):
         durability.copy(source, f"langgraph+sqlite:///{path}")
     with sqlite3.connect(path) as conn:
@@ -223,7 +225,7 @@ def test_a_checkpoint_whose_metadata_mimics_langgraph_is_refused_not_crashed(
     writer may put any metadata) is a checkpoint no LangGraph saver wrote: the thread is
     refused by name, nothing written."""
     path = tmp_path / "lg.db"
-    _sqlite_saver(path).conn.close()
+    _empty_langgraph_store(path)
     with durability.open(f"sqlite:///{tmp_path / 'src.db'}") as src:
         src.put(
             Checkpoint(
@@ -250,16 +252,8 @@ def test_the_cli_names_what_langgraph_cannot_keep_and_copies_with_lossy(
     from durability.cli import cli
 
     path = tmp_path / "lg.db"
-    _sqlite_saver(path).conn.close()
-    last = source.newest_first("done", "", limit=1)[0]
-    source.put(
-        Checkpoint(
-            thread_id="done",
-            checkpoint_id="zz-end",
-            parent_checkpoint_id=last.checkpoint_id,
-            step_type="run_end",
-        )
-    )
+    _empty_langgraph_store(path)
+    _end_the_run(source, "done")
     src, dst = source.url, f"langgraph+sqlite:///{path}?writable=true"
     runner = CliRunner()
     dry = runner.invoke(cli, ["copy", src, dst, "--thread", "done", "--dry-run", "--json"])

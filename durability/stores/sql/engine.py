@@ -188,7 +188,8 @@ class Database:
         if isinstance(exc, sa_exc.DataError):  # a value, not the schema: the store is unchanged
             return StoreError(
                 f"cannot {action} in {where}: the database cannot hold a value it was given "
-                f"({message}); change that value (PostgreSQL text cannot hold NUL characters)"
+                f"({message}); change that value (its text cannot hold NUL characters, its "
+                "integers 64 bits)"
             )
         if _SCHEMA_CHANGED.search(message):  # SQLite says so as an OperationalError
             return StoreError(f"cannot {action} in {where}: {message}; {CHECK_THE_SCHEMA}")
