@@ -130,8 +130,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         log.close()
 
 
+#: How long JupyterLab may take to answer after `durability lab` starts it: a readiness wait
+#: with room for a loaded 2-core machine, not a speed target.
+LAB_START_SECONDS = 120
+
+
 def _wait_ready(url: str, token: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + LAB_START_SECONDS
     while time.monotonic() < deadline:
         if server.poll() is not None:
             pytest.fail(
@@ -146,7 +151,9 @@ def _wait_ready(url: str, token: str, server: subprocess.Popen[bytes], log: Path
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    pytest.fail(f"JupyterLab did not answer within 60 s:\n{log.read_text()[-3000:]}")
+    pytest.fail(
+        f"JupyterLab did not answer within {LAB_START_SECONDS} s:\n{log.read_text()[-3000:]}"
+    )
 
 
 def _stop(url: str, token: str, server: subprocess.Popen[bytes]) -> None:
