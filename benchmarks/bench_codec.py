@@ -13,6 +13,7 @@ Targets (dumps+loads ops/s, durability / JsonPlusSerializer): rich state >= 3x, 
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import os
@@ -271,6 +272,7 @@ def results_table(rows: list[tuple[str, dict[str, float], dict[str, float]]]) ->
 
 def main() -> None:
     """Run the benchmark, print the section and write it into RESULTS.md."""
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args()
     load = os.getloadavg()[0]
     states = {"rich": rich_state(), "chat": chat_state()}
     rows = []

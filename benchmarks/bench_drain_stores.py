@@ -12,6 +12,7 @@ hand from them.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import logging
 import os
@@ -102,6 +103,7 @@ def drain(store: Any, plane: Plane, batch: int, profile: str | None) -> tuple[fl
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args()
     logging.getLogger("durability.replication").setLevel(logging.ERROR)
     folder = Path(tempfile.mkdtemp(prefix="bench-drain-stores-"))
     urls = {"sqlite": f"sqlite:///{folder / 'drain.db'}"}

@@ -22,6 +22,7 @@ Target: drain ≥ 5,000 checkpoints/s. Results go into the ``## Replication`` se
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -276,6 +277,7 @@ def _wire_rows(store: Any) -> list[Any]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args()
     logging.getLogger("durability.replication").setLevel(logging.ERROR)
     load_before = os.getloadavg()
     folder = Path(tempfile.mkdtemp(prefix="bench-replication-"))
