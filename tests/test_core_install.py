@@ -93,9 +93,9 @@ def test_a_store_whose_extra_is_missing_names_it(url: str, extra: str) -> None:
 
 
 @needs_core_only
-@pytest.mark.parametrize("module", ["frames", "plots", "widgets"])
+@pytest.mark.parametrize("module", ["frames", "analyses", "plots", "widgets"])
 def test_the_analysis_without_its_extra_names_it(module: str) -> None:
-    """The frames, charts and widgets need the notebook extra, and say so."""
+    """The frames, analyses, charts and widgets need the notebook extra, and say so."""
     with pytest.raises(MissingExtra, match=r"durability-toolkit\[notebook\]"):
         importlib.import_module(f"durability.{module}")
 

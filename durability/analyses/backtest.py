@@ -19,20 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import numpy as np
+import pandas as pd
+
 from durability import simulate
 from durability.analyses.common import frame_of, header_chunks
 from durability.clock import as_utc
 from durability.errors import ConfigError
 from durability.stores.base import Store
 from durability.vocabulary import IN_FORCE, PROPOSED
-
-try:
-    import numpy as np
-    import pandas as pd
-except ModuleNotFoundError as exc:  # pragma: no cover - the notebook extra
-    from durability._extras import missing_extra
-
-    raise missing_extra(exc, "durability.analyses") from exc
 
 _DAY_US = 86_400_000_000
 _NONE = np.iinfo(np.int64).min

@@ -5,17 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
+import numpy as np
+import pandas as pd
+
 from durability.frames.columns import SPAN, TIME
 from durability.stores.base import Store
 from durability.stores.scans import Columns
-
-try:
-    import numpy as np
-    import pandas as pd
-except ModuleNotFoundError as exc:  # pragma: no cover - the notebook extra
-    from durability._extras import missing_extra
-
-    raise missing_extra(exc, "durability.analyses") from exc
 
 #: Every analysis frame's columns and dtypes: frame name -> column -> dtype.
 COLUMNS: dict[str, dict[str, str]] = {

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
 from durability.analyses.common import RESTORABLE, frame_of, header_chunks, thread_chunks
 from durability.stores.base import Store
-
-try:
-    import pandas as pd
-except ModuleNotFoundError as exc:  # pragma: no cover - the notebook extra
-    from durability._extras import missing_extra
-
-    raise missing_extra(exc, "durability.analyses") from exc
 
 #: Why a thread cannot come back whole, when no row is missing yet.
 NEVER_CONNECTED = "never connected: the store does not replicate to a plane"

@@ -14,17 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from durability.analyses.common import RESTORABLE, frame_of
 from durability.analyses.readiness import NEVER_CONNECTED
 from durability.errors import ConfigError
 from durability.stores.base import Store
-
-try:
-    import pandas as pd
-except ModuleNotFoundError as exc:  # pragma: no cover - the notebook extra
-    from durability._extras import missing_extra
-
-    raise missing_extra(exc, "durability.analyses") from exc
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import pandas as pd
+
 from durability import codec
 from durability.analyses.common import frame_of
 from durability.errors import ConfigError
 from durability.stores.base import Store
-
-try:
-    import pandas as pd
-except ModuleNotFoundError as exc:  # pragma: no cover - the notebook extra
-    from durability._extras import missing_extra
-
-    raise missing_extra(exc, "durability.analyses") from exc
 
 #: What :func:`bytes_by` groups by, and the store column it reads.
 GROUPS = {"owner": "owner", "runner": "runner", "node": "node_id"}

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from durability import vocabulary
-from durability._extras import missing_extra
 from durability.clock import as_utc
 from durability.errors import ConfigError
 from durability.stores.base import Store
@@ -21,12 +20,8 @@ if TYPE_CHECKING:
     pass
 
 
-try:
-    import numpy as np
-    import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.frames") from exc
-
+import numpy as np
+import pandas as pd
 
 TIME: Final = "datetime64[ns, UTC]"
 

@@ -5,12 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from durability._extras import missing_extra
-
-try:
-    import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.frames") from exc
+import pandas as pd
 
 from durability.errors import ConfigError
 from durability.frames.columns import (

@@ -8,16 +8,11 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from durability._extras import missing_extra
+import numpy as np
+import pandas as pd
+
 from durability.clock import as_utc, to_micros
 from durability.errors import CapabilityError, ConfigError
-
-try:
-    import numpy as np
-    import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.frames") from exc
-
 from durability.frames.columns import (
     NAT,
     OUTBOX_STATES,

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from durability._extras import missing_extra
+import pandas as pd
+
 from durability.errors import CapabilityError, ConfigError
-
-try:
-    import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.frames") from exc
-
 from durability.frames.columns import (
     OUTBOX_STATES,
     SPAN,
