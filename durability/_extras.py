@@ -2,11 +2,15 @@
 
 The core install carries what a checkpointing worker and an operator's sweep need on the
 embedded SQLite default; everything else is an extra. Code that needs an extra imports its
-packages as usual and turns a missing one into :class:`~durability.errors.MissingExtra`
-with :func:`missing_extra`, so the refusal names what to install.
+packages inside :func:`needs_extra` (or turns a missing one into
+:class:`~durability.errors.MissingExtra` with :func:`missing_extra`), so the refusal names what
+to install.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from durability.errors import MissingExtra
 
@@ -43,3 +47,13 @@ def missing_extra(exc: ModuleNotFoundError, feature: str) -> ImportError:
         f"install it with: pip install 'durability-toolkit[{extra}]'",
         name=module,
     )
+
+
+@contextmanager
+def needs_extra(feature: str) -> Iterator[None]:
+    """Imports in this block that find no module an extra installs refuse ``feature`` with
+    :class:`MissingExtra` naming that extra (see :func:`missing_extra`)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc, feature) from exc

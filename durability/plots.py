@@ -18,16 +18,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-try:
+with needs_extra("durability.plots"):  # the notebook extra
     import numpy as np
     import pandas as pd
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, num2date
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.plots") from exc
 
 from durability import simulate, vocabulary
 from durability.settings import Settings, format_duration, parse_duration

@@ -33,13 +33,11 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-try:
+with needs_extra("durability.simulate"):  # the notebook extra
     import numpy as np
     import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.simulate") from exc
 
 from durability.errors import ConfigError
 from durability.settings import (

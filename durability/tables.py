@@ -13,14 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 from durability.humanize import format_age, format_bytes
 from durability.vocabulary import status_word
 
-try:
+with needs_extra("durability.tables"):  # the notebook extra
     import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.tables") from exc
 
 #: Columns shown first, in this order, when a frame has them.
 FIRST = (

@@ -24,15 +24,13 @@ only :func:`bytes_by_state_key` reads payloads, for its sample. Nothing changes 
 
 from __future__ import annotations
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-# Every module of this package needs pandas and numpy; a module of it is only imported after this file,
-# so the notebook extra is asked for here, once.
-try:
+# Every module of this package needs pandas and numpy, and is only imported after this file:
+# the notebook extra is asked for here, once.
+with needs_extra("durability.analyses"):  # the notebook extra
     import numpy  # noqa: F401
     import pandas  # noqa: F401
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.analyses") from exc
 
 from durability.analyses.backtest import CAVEAT, Backtest, backtest
 from durability.analyses.common import COLUMNS, RESTORABLE

@@ -68,15 +68,13 @@ Column notes:
 
 from __future__ import annotations
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-# Every module of this package needs pandas and numpy; a module of it is only imported after this file,
-# so the notebook extra is asked for here, once.
-try:
+# Every module of this package needs pandas and numpy, and is only imported after this file:
+# the notebook extra is asked for here, once.
+with needs_extra("durability.frames"):  # the notebook extra
     import numpy  # noqa: F401
     import pandas  # noqa: F401
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.frames") from exc
 
 from durability.frames.columns import COLUMNS, OUTBOX_STATES, RUN_STATUSES, STATE_COLUMN
 from durability.frames.encryption import ENCRYPTION_COLUMNS, encryption

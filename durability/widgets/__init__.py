@@ -39,13 +39,11 @@ import json
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-try:
+with needs_extra("durability.widgets"):  # the notebook extra
     import ipywidgets as w
     import pandas as pd
-except ModuleNotFoundError as exc:  # the notebook extra
-    raise missing_extra(exc, "durability.widgets") from exc
 
 from durability import frames, plots, simulate
 from durability.humanize import format_bytes

@@ -19,15 +19,13 @@ from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from durability._extras import missing_extra
+from durability._extras import needs_extra
 
-try:
+with needs_extra("a Redis store"):  # the redis extra
     import redis
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster
     from redis.retry import Retry
-except ModuleNotFoundError as exc:  # the redis extra
-    raise missing_extra(exc, "a Redis store") from exc
 
 from durability._util import redact_url
 from durability.errors import (
