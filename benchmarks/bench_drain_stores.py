@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from bench_replication import Plane, state, timed_connection
+from bench_replication import Plane, fill, timed_connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import durability
-from durability import Checkpoint
 from durability.replication import drain_once
 from durability.settings import Settings
 
@@ -43,21 +42,6 @@ REQUEUE = (
     "INSERT INTO durability_outbox (seq, project_id) "
     "SELECT seq, project_id FROM durability_checkpoints",
 )
-
-
-def fill(store: Any) -> None:
-    for start in range(0, ROWS, 1000):
-        store.put_many(
-            [
-                Checkpoint(
-                    thread_id=f"run-{n // 20}",
-                    node_id=f"turn:{n % 20}",
-                    step=n % 20,
-                    state=state(n),
-                )
-                for n in range(start, start + 1000)
-            ]
-        )
 
 
 def requeue(url: str) -> None:
@@ -115,7 +99,7 @@ def main() -> None:
     rates: dict[tuple[str, int], list[float]] = {}
     try:
         for store in stores.values():
-            fill(store)
+            fill(store, ROWS)
         print(f"{ROWS} rows per store; load average {os.getloadavg()}", flush=True)
         for run in range(RUNS):
             names = list(stores) if run % 2 == 0 else list(reversed(stores))

@@ -75,6 +75,22 @@ def state(n: int) -> dict[str, Any]:
     }
 
 
+def fill(store: Any, rows: int) -> None:
+    """``rows`` checkpoints of a ~2 KB state, 20 per run thread, put 1,000 at a time."""
+    for start in range(0, rows, 1000):
+        store.put_many(
+            [
+                Checkpoint(
+                    thread_id=f"run-{n // 20}",
+                    node_id=f"turn:{n % 20}",
+                    step=n % 20,
+                    state=state(n),
+                )
+                for n in range(start, min(start + 1000, rows))
+            ]
+        )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -144,18 +160,7 @@ def timed_connection(store: Any, plane: Plane, *, blind: bool = False, **options
 def bench_drain(folder: Path, plane: Plane) -> list[float]:
     url = f"sqlite:///{folder / 'drain.db'}"
     with durability.open(url, settings=Settings()) as store:
-        for start in range(0, ROWS, 1000):
-            store.put_many(
-                [
-                    Checkpoint(
-                        thread_id=f"run-{n // 20}",
-                        node_id=f"turn:{n % 20}",
-                        step=n % 20,
-                        state=state(n),
-                    )
-                    for n in range(start, start + 1000)
-                ]
-            )
+        fill(store, ROWS)
         size = store.outbox(limit=1)[0].size_bytes
         print(f"stored {ROWS} checkpoints of {size} bytes each")
         rates = []
