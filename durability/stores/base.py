@@ -226,22 +226,26 @@ class Store(DelegatingAliases, WriteListeners, ABC):
         self, checkpoints: Sequence[Checkpoint], *, synced: bool = False
     ) -> list[Checkpoint]:
         """Store several checkpoints in one transaction, in order: all or none."""
+        rows, seqs = self._put_rows(checkpoints, synced)
+        return [stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)]
+
+    def _put_rows(
+        self, checkpoints: Sequence[Checkpoint], synced: bool
+    ) -> tuple[list[EncodedCheckpoint], list[int]]:
+        """Prepare and insert ``checkpoints`` in one transaction; their rows and seqs."""
         self.ready()
         rows = [self.prepare(cp, action="put a checkpoint") for cp in checkpoints]
         if not rows:
-            return []
+            return [], []
         seqs = self._insert(rows, synced=synced)
         if not synced:
             self.notify_write()
-        return [stored(cp, row, seq) for cp, row, seq in zip(checkpoints, rows, seqs, strict=True)]
+        return rows, seqs
 
     def put_returning_seq(self, checkpoint: Checkpoint) -> int:
         """Store ``checkpoint`` as :meth:`put` does and return only its ``seq``: for a caller
         that keeps its own copy (the LangGraph saver), which then pays for no returned one."""
-        self.ready()
-        seq = self._insert([self.prepare(checkpoint, action="put a checkpoint")], synced=False)[0]
-        self.notify_write()
-        return seq
+        return self._put_rows([checkpoint], synced=False)[1][0]
 
     def prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         """``cp`` checked and encoded as the store will keep it, its id and time filled in."""
