@@ -140,14 +140,34 @@ class EncodedCheckpoint:
         text = self.state if state is None else state
         # ``__init__``'s one check of a value (not of a type) is skipped below: made here.
         self.check_numbers()
-        values = list(_checkpoint_values(self))  # a row has every field of a checkpoint
-        values[_STATE_AT] = (
-            Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state")
+        return _checkpoint_of(
+            (
+                self.thread_id,
+                self.node_id,
+                Sealed(text) if text.startswith(ENVELOPE_PREFIX) else loads(text, path="state"),
+                self.checkpoint_id,
+                self.namespace,
+                self.run_id,
+                self.parent_checkpoint_id,
+                self.runner,
+                self.agent_id,
+                self.agent_path,
+                self.step,
+                self.step_type,
+                self.status,
+                loads(self.node_input, path="node_input"),
+                loads(self.node_output, path="node_output"),
+                self.iteration,
+                loads(self.iteration_counters, path="iteration_counters"),
+                self.interrupt_reason,
+                loads(self.interrupt_context, path="interrupt_context"),
+                as_utc(self.created_at),
+                loads(self.metadata, path="metadata"),
+                self.project_id,
+                self.seq,
+                self.size_bytes,
+            )
         )
-        for at, name in _PAYLOADS_AT:
-            values[at] = loads(values[at], path=name)
-        values[_CREATED_AT] = as_utc(values[_CREATED_AT])
-        return _checkpoint_of(values)
 
     def check_numbers(self) -> None:
         """Refuse a row whose step or iteration does not fit in 64 bits: no store writes one,
@@ -172,10 +192,14 @@ _stored_values = attrgetter(*STORED_FIELDS)
 #: A checkpoint's fields, read in one call (``stored`` copies them without ``__init__``).
 _CHECKPOINT_FIELDS = tuple(f.name for f in fields(Checkpoint))
 _checkpoint_values = attrgetter(*_CHECKPOINT_FIELDS)
-#: Where a row's payloads (decoded on read) and ``created_at`` sit among a checkpoint's fields.
-_STATE_AT = _CHECKPOINT_FIELDS.index("state")
-_PAYLOADS_AT = tuple((_CHECKPOINT_FIELDS.index(name), name) for name in PAYLOAD_FIELDS[1:])
-_CREATED_AT = _CHECKPOINT_FIELDS.index("created_at")
+# EncodedCheckpoint.decode lists a checkpoint's values in this order.
+assert (
+    *("thread_id", "node_id", "state", "checkpoint_id", "namespace", "run_id"),
+    *("parent_checkpoint_id", "runner", "agent_id", "agent_path", "step", "step_type"),
+    *("status", "node_input", "node_output", "iteration", "iteration_counters"),
+    *("interrupt_reason", "interrupt_context", "created_at", "metadata", "project_id"),
+    *("seq", "size_bytes"),
+) == _CHECKPOINT_FIELDS
 #: The slot setters of a checkpoint's fields, in field order (see :func:`_checkpoint_of`).
 _CHECKPOINT_SETTERS = tuple(Checkpoint.__dict__[name].__set__ for name in _CHECKPOINT_FIELDS)
 
