@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from bench_replication import Plane, fill, timed_connection
+from bench_replication import ROOT, Plane, fill, timed_connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,6 +39,11 @@ from durability.settings import Settings
 ROWS = int(os.environ.get("ROWS", "20000"))
 RUNS = int(os.environ.get("RUNS", "3"))
 BATCHES = tuple(int(b) for b in os.environ.get("BATCHES", "500,1000").split(","))
+#: ``PLANES=old=/path/to/tree,new=.`` runs one plane per source tree, alternated (default: this one).
+PLANES = {
+    p.split("=", 1)[0]: Path(p.split("=", 1)[1]).resolve()
+    for p in os.environ.get("PLANES", f"this={ROOT}").split(",")
+}
 #: ``IN_FLIGHT=1,2`` alternates the drain's requests in flight too (unset: the default).
 DEPTHS: tuple[int | None, ...] = (
     tuple(int(d) for d in os.environ["IN_FLIGHT"].split(",") if d)
@@ -116,33 +121,37 @@ def main() -> None:
         urls["postgres"] = os.environ["DURABILITY_TEST_POSTGRES_URL"]
         empty_postgres(urls["postgres"])
     stores = {name: durability.open(url, settings=Settings()) for name, url in urls.items()}
-    plane = Plane(folder)
-    rates: dict[tuple[str, int, int | None], list[tuple[float, float, float]]] = {}
+    planes = {name: Plane(folder, root=tree, name=name) for name, tree in PLANES.items()}
+    rates: dict[tuple[str, str, int, int | None], list[tuple[float, float, float]]] = {}
     try:
         for store in stores.values():
             fill(store, ROWS)
         print(f"{ROWS} rows per store; load average {os.getloadavg()}", flush=True)
         for run in range(RUNS):
             names = list(stores) if run % 2 == 0 else list(reversed(stores))
-            configs = [(b, d) for b in BATCHES for d in DEPTHS]
+            configs = [(p, b, d) for p in planes for b in BATCHES for d in DEPTHS]
             for name in names:
-                for batch, depth in configs if run % 2 == 0 else reversed(configs):
+                for plane, batch, depth in configs if run % 2 == 0 else reversed(configs):
                     if run or any(k[0] == name for k in rates):
                         requeue(urls[name])
                     profile = f"{PROFILE}/client-{name}-{batch}.prof" if PROFILE else None
                     rate, share, client_us, plane_us = drain(
-                        stores[name], plane, batch, depth, profile
+                        stores[name], planes[plane], batch, depth, profile
                     )
-                    rates.setdefault((name, batch, depth), []).append((rate, client_us, plane_us))
+                    rates.setdefault((name, plane, batch, depth), []).append(
+                        (rate, client_us, plane_us)
+                    )
                     print(
-                        f"{name} batch {batch} in flight {depth or 'default'} run {run + 1}: "
+                        f"{name} plane {plane} batch {batch} in flight {depth or 'default'} "
+                        f"run {run + 1}: "
                         f"{rate:,.0f} rows/s (client CPU {share:.0%} of wall, {client_us:.0f} us "
                         f"a row; plane {plane_us:.0f} us a row; load {os.getloadavg()[0]:.2f})",
                         flush=True,
                     )
-        for (name, batch, depth), values in rates.items():
+        for (name, plane, batch, depth), values in rates.items():
             print(
                 name,
+                plane,
                 batch,
                 depth or "default",
                 f"median {statistics.median(v[0] for v in values):,.0f} rows/s,",
@@ -153,7 +162,8 @@ def main() -> None:
     finally:
         for store in stores.values():
             store.close()
-        plane.stop()
+        for plane in planes.values():
+            plane.stop()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ plane never runs agent code: it stores and serves JSON.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 from urllib.parse import unquote
 
@@ -68,6 +69,9 @@ from durability.replication.wire import ROW_KEY
 
 SCOPES = ["checkpoint:write", "checkpoint:read", "agent:write"]
 ENTITLEMENT = "connected_state_plane"
+#: Ingest bodies one plane process parses and stores at once (the others wait, already read):
+#: bounds the memory their parsed items take, whatever the number of clients.
+INGEST_WORKERS = 4
 #: How many executions one digest request may name.
 DIGEST_EXECUTIONS = 1000
 #: Page cursors longer than this are not ones the plane issued.
@@ -97,6 +101,7 @@ class Plane:
         self.compat = compat
         self.history = history
         self.caps = caps or PlaneCaps()
+        self._ingesting = threading.BoundedSemaphore(INGEST_WORKERS)
 
     def tenant(self, request: Request) -> Tenant | None:
         return self.storage.authenticate(request.headers.get("x-api-key", ""))
@@ -173,7 +178,12 @@ class Plane:
         return await run_in_threadpool(self.ingest_body, tenant, body)
 
     def ingest_body(self, tenant: Tenant, body: bytes) -> Response:
-        """Ingest a read body for an authenticated, entitled tenant (blocking: a worker thread)."""
+        """Ingest a read body for an authenticated, entitled tenant (blocking: a worker thread;
+        at most :data:`INGEST_WORKERS` at once)."""
+        with self._ingesting:
+            return self._ingest(tenant, body)
+
+    def _ingest(self, tenant: Tenant, body: bytes) -> Response:
         try:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
