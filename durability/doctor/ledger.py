@@ -101,14 +101,12 @@ def _ended_leases(ctx: Context) -> Iterator[Finding]:
 
 
 def _finished_overdue(ctx: Context) -> Iterator[Finding]:
-    for record in _records(ctx, "due", ctx.now - ctx.overdue):
-        if record.due_at is None or (record.lease is not None and record.lease.live(ctx.now)):
-            continue
-        late = format_age(ctx.now - record.due_at)
+    for thread_id, due_at in reads.overdue_marks(ctx.store, ctx.now - ctx.overdue, ctx.now):
+        late = format_age(ctx.now - due_at)
         yield (
-            record.thread_id,
-            [record.thread_id],
-            f"marked finished, due {record.due_at.isoformat()} ({late} ago, over --overdue "
+            thread_id,
+            [thread_id],
+            f"marked finished, due {due_at.isoformat()} ({late} ago, over --overdue "
             f"{format_age(ctx.overdue)}): the sweep has not run (or keeps sparing it)",
         )
 

@@ -96,6 +96,36 @@ def ledger_threads(store: Store, which: str, before: datetime | None = None) -> 
     return [str(t) for t in columns["thread_id"][mask]]
 
 
+def overdue_marks(store: Store, before: datetime, now: datetime) -> list[tuple[str, datetime]]:
+    """``(thread_id, due_at)`` of the ledger threads marked finished, due at or before
+    ``before`` and holding no live lease at ``now``, in one read (never a thread at a time:
+    a store the sweep never ran on has one per finished thread)."""
+    if store.provider in SQL_PROVIDERS:
+        import sqlalchemy as sa
+
+        from durability.stores.sql.schema import micros, threads, time_of
+
+        t = threads.c
+        query = sa.select(t.thread_id, t.due_at).where(
+            t.due_at <= (micros(before) or 0),
+            sa.or_(t.lease_holder.is_(None), t.lease_expires_at <= micros(now)),
+        )
+        with store.db.read("find overdue marks") as conn:  # type: ignore[attr-defined]
+            return [(row[0], time_of(row[1])) for row in conn.execute(query)]  # type: ignore[misc]
+    import numpy as np
+    import pandas as pd
+
+    columns = store.scans.sweep_columns().columns
+    due, expires = columns["due_at"], columns["lease_expires_at"]
+    limit = np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
+    at = np.datetime64(now.astimezone(UTC).replace(tzinfo=None), "us")
+    mask = ~np.isnat(due) & (due <= limit) & (np.isnat(expires) | (expires <= at))
+    return [
+        (str(thread_id), pd.Timestamp(when, tz=UTC).to_pydatetime())
+        for thread_id, when in zip(columns["thread_id"][mask], due[mask], strict=True)
+    ]
+
+
 def holding(store: Store, thread_ids: list[str]) -> set[str]:
     """Which of these threads hold a checkpoint."""
     return {t for t in thread_ids if store.has_thread(t)}
