@@ -570,6 +570,8 @@ def encryption(encryption_df: pd.DataFrame, *, title: str = "Encryption coverage
     if encryption_df.empty:
         return _no_data(title)
     percent = encryption_df.attrs.get("percent_encrypted")
+    if (sampled := encryption_df.attrs.get("sampled")) is not None:
+        title = f"{title} (estimated from a sample of {sampled:,} rows)"
     fig = _figure(title if percent is None else f"{title}: {percent:.1f} % of rows encrypted")
     ax = fig.axes[0]
     labels = [str(k) if not pd.isna(k) else "(clear)" for k in encryption_df["key_id"]]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 import durability
-from durability import analyses, bundle, frames
+from durability import analyses, bundle, frames, plots
 from durability.analyses import charts
 from durability.errors import ConfigError
 from durability.frames.columns import MAX_ROWS_ENV
@@ -322,3 +322,17 @@ def test_explore_notebook_reads_no_whole_frame(bulk: Bulk, tmp_path: Path) -> No
     assert f"{THREADS} threads, {THREADS * PER_THREAD} checkpoints" in text
     assert "a sample: the runs of " in text
     assert f"of {THREADS:,} threads, picked at random" in text
+
+
+def test_encryption_coverage_from_a_sample_says_so(bulk: Bulk, store: Store) -> None:
+    """``frames.encryption(sample=N)`` reads about N envelopes and scales them to the store's
+    rows, saying how many it read (the chart too); a store no larger than N is read whole."""
+    estimate = frames.encryption(store, sample=300, seed=2)
+    assert 200 < estimate.attrs["sampled"] <= 300
+    assert estimate["rows"].sum() == len(bulk.rows)  # every row is in clear: one group, scaled
+    assert list(estimate["status"]) == ["clear"]
+    title = plots.encryption(estimate).get_suptitle()
+    assert f"estimated from a sample of {estimate.attrs['sampled']:,} rows" in title
+    whole = frames.encryption(store, sample=len(bulk.rows))
+    assert whole.attrs["sampled"] is None
+    pd.testing.assert_frame_equal(whole, frames.encryption(store))

@@ -62,6 +62,8 @@ class EncryptionCoverage:
     encrypting: bool
     current_key: str | None
     by_key: list[KeyCoverage]
+    #: How many rows a sampled coverage read (its counts scaled to the store); ``None``: all.
+    sampled: int | None = None
 
     @property
     def rows(self) -> int:
@@ -106,11 +108,14 @@ class EncryptionCoverage:
         }
 
 
-def key_rows(store: Store, thread_id: str | None = None) -> Iterator[KeyRow]:
-    """Every checkpoint row (of one thread, or all) with its key id; nothing is opened."""
+def key_rows(
+    store: Store, thread_id: str | None = None, select: Select | None = None
+) -> Iterator[KeyRow]:
+    """Every checkpoint row (of one thread, or all; ``select``: those of one thread it picks)
+    with its key id; nothing is opened."""
     threads = [thread_id] if thread_id is not None else (r.thread_id for r in store.iter_threads())
     for name in threads:
-        for row in store._select(Select(name, None)):
+        for row in store._select(select or Select(name, None)):
             if isinstance(row, EncodedCheckpoint):
                 text = row.state
                 yield KeyRow(
@@ -133,13 +138,29 @@ def status_of(store: Store, key_id: str | None) -> str:
     return "current" if key_id == keyring.current else "older"
 
 
-def coverage(store: Store) -> EncryptionCoverage:
-    """Rows and bytes per key id, with each key's status; reads headers only."""
+def coverage(store: Store, *, sample: int | None = None, seed: int = 0) -> EncryptionCoverage:
+    """Rows and bytes per key id, with each key's status; reads headers only.
+
+    ``sample=N``: instead of every row, the envelopes of about ``N`` checkpoints picked at
+    random (:meth:`~durability.stores.aggregates.Aggregates.sample_checkpoints`, ``seed``
+    fixing the pick), each count scaled by the store's checkpoints over those read: an
+    estimate, whose ``sampled`` says how many rows were read (``None``: every row, as for a
+    store holding no more than ``N``).
+    """
+    population = None if sample is None else store.scans.totals()[0]
+    if population is not None and population <= (sample or 0):
+        sample = None  # a store no larger than the sample is read whole: exact, and as cheap
     counts: dict[str | None, list[int]] = {}
-    for row in key_rows(store):
+    rows = key_rows(store) if sample is None else _sampled_rows(store, sample, seed)
+    read = 0
+    for row in rows:
+        read += 1
         entry = counts.setdefault(row.key_id, [0, 0])
         entry[0] += 1
         entry[1] += row.state_bytes
+    if sample is not None and read and population:
+        scale = population / read
+        counts = {k: [round(n * scale), round(b * scale)] for k, (n, b) in counts.items()}
     by_key = [KeyCoverage(k, status_of(store, k), n, b) for k, (n, b) in counts.items()]
     by_key.sort(key=lambda k: (STATUSES.index(k.status), k.key_id or ""))
     return EncryptionCoverage(
@@ -147,7 +168,13 @@ def coverage(store: Store) -> EncryptionCoverage:
         encrypting=store.keyring is not None,
         current_key=None if store.keyring is None else store.keyring.current,
         by_key=by_key,
+        sampled=None if sample is None else read,
     )
+
+
+def _sampled_rows(store: Store, sample: int, seed: int) -> Iterator[KeyRow]:
+    for thread_id, namespace, checkpoint_id in sorted(store.scans.sample_checkpoints(sample, seed)):
+        yield from key_rows(store, thread_id, Select(thread_id, namespace, checkpoint_id))
 
 
 __all__ = [

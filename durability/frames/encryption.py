@@ -17,14 +17,16 @@ from durability.stores.base import Store
 ENCRYPTION_COLUMNS = {"encrypted": "boolean", "key_id": "string"}
 
 
-def encryption(store: Store) -> pd.DataFrame:
+def encryption(store: Store, *, sample: int | None = None, seed: int = 0) -> pd.DataFrame:
     """One row per key id (``COLUMNS["encryption"]``): its status against the store's keyring
     (``current``, ``older``, ``missing``, ``clear``), rows, bytes of state and share of rows.
 
     ``attrs`` holds ``percent_encrypted``, ``clear_rows``, ``retired_rows`` and whether the
-    store was opened with a keyring (``encrypting``).
+    store was opened with a keyring (``encrypting``). ``sample=N``: estimated from the
+    envelopes of about ``N`` checkpoints picked at random (every row's is a read of the whole
+    store), ``attrs["sampled"]`` saying how many (``None``: every row).
     """
-    found = coverage(store)
+    found = coverage(store, sample=sample, seed=seed)
     total = found.rows or 1
     frame = pd.DataFrame(
         {
@@ -43,6 +45,7 @@ def encryption(store: Store) -> pd.DataFrame:
         clear_rows=found.clear_rows,
         retired_rows=found.retired_rows,
         encrypting=found.encrypting,
+        sampled=found.sampled,
     )
     assert list(frame.columns) == list(COLUMNS["encryption"])
     return frame
