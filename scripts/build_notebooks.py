@@ -452,7 +452,7 @@ applies it, plan first.
     code("""
 from durability.sweep.thin import thin_vs_delete
 
-savings = thin_vs_delete(store, keep_latest=1, plan=plan, sample=2000)  # thinning planned for 2,000 threads at most
+savings = thin_vs_delete(store, keep_latest=1, plan=plan, sample=500)  # thinning planned for 500 threads at most, each read by id
 bundle.chart(analysis_charts.thin_vs_delete_chart(savings), "thin_vs_delete", charts)
 of = f" (a sample of {savings.attrs['sample']:,} of {savings.attrs['threads']:,})" if savings.attrs["sample"] < savings.attrs["threads"] else ""
 tables.show(savings.sort_values("thin_frees", ascending=False).head(20), f"threads thinning frees most{of}")
