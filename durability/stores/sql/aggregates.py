@@ -21,14 +21,16 @@ from durability.stores.aggregates import (
 from durability.stores.rows import CheckpointAddress
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.outbox import entry_join, tables_of
+from durability.stores.sql.outbox_queue import catch_up, through
 from durability.stores.sql.schema import SWEEP_INDEX, threads
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
 
 #: Which outbox state a row of the checkpoints-outbox-synced join is in.
+#: ``{through}``: the outbox mark (a row above it has no outbox row yet, and is pending).
 _STATE = (
-    "CASE WHEN o.seq IS NULL THEN 'synced' "
+    "CASE WHEN o.seq IS NULL AND c.seq <= {through} THEN 'synced' "
     "WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END"
 )
 
@@ -144,6 +146,7 @@ class SQLAggregates(Aggregates):
     def _missing_rows(self) -> Table:
         # The outbox holds exactly the rows the plane lacks: each thread's first one, then one
         # walk of that thread's rows on the per-thread index, its row by key for the id.
+        catch_up(self.store)
         table, box, _ = tables_of(self.store)
         ledger = self.store.db.table(threads.name)
         firsts = (
@@ -174,8 +177,10 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
     @reconnecting
     def _outbox_groups(self) -> Table:
         attempts = "COALESCE(o.attempts, s.attempts, 0)"
+        catch_up(self.store)
+        state = _STATE.replace("{through}", through(self.store))
         query = (
-            f"SELECT {_STATE} AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
+            f"SELECT {state} AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
             f"CAST(SUM({attempts}) AS BIGINT) {entry_join(*tables_of(self.store))} GROUP BY outbox_state"
         )
         rows = self._answer("count the outbox by state", query)
