@@ -6,8 +6,11 @@ The plane is ``durability plane serve`` (uvicorn on loopback, over SQLite) from
 ``bench_replication.Plane``. Each store holds ``ROWS`` checkpoints with a ~2 KB state; every
 drain re-queues them all and is timed by ``bench_replication.Timed`` (first POST to last ack).
 Stores and batch sizes alternate run by run. ``PROFILE=DIR`` writes cProfile files of the
-client's drain (``client-<store>-<batch>.prof``). Prints figures only; RESULTS.md is written by
-hand from them.
+client's drain (``client-<store>-<batch>.prof``). ``BATCHES=500`` picks batch sizes and
+``IN_FLIGHT=1,2`` alternates the requests a drain keeps in flight too. Besides rows per second
+it prints the CPU each side spends a row: the client's process time and the plane
+subprocess's (from ``/proc``), which a loaded machine inflates far less than wall time. Prints
+figures only; RESULTS.md is written by hand from them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from bench_replication import Plane, fill, timed_connection
+from bench_replication import ROOT, Plane, fill, timed_connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,7 +38,18 @@ from durability.settings import Settings
 
 ROWS = int(os.environ.get("ROWS", "20000"))
 RUNS = int(os.environ.get("RUNS", "3"))
-BATCHES = (500, 1000)
+BATCHES = tuple(int(b) for b in os.environ.get("BATCHES", "500,1000").split(","))
+#: ``PLANES=old=/path/to/tree,new=.`` runs one plane per source tree, alternated (default: this one).
+PLANES = {
+    p.split("=", 1)[0]: Path(p.split("=", 1)[1]).resolve()
+    for p in os.environ.get("PLANES", f"this={ROOT}").split(",")
+}
+#: ``IN_FLIGHT=1,2`` alternates the drain's requests in flight too (unset: the default).
+DEPTHS: tuple[int | None, ...] = (
+    tuple(int(d) for d in os.environ["IN_FLIGHT"].split(",") if d)
+    if os.environ.get("IN_FLIGHT")
+    else (None,)
+)
 PROFILE = os.environ.get("PROFILE")
 REQUEUE = (
     "DELETE FROM durability_synced",
@@ -67,10 +81,21 @@ def empty_postgres(url: str) -> None:
     engine.dispose()
 
 
-def drain(store: Any, plane: Plane, batch: int, profile: str | None) -> tuple[float, float]:
-    """Rows per second, first POST to last ack, and the client's CPU share of the wall time."""
-    conn, timed = timed_connection(store, plane, batch_rows=batch)
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain(
+    store: Any, plane: Plane, batch: int, depth: int | None, profile: str | None
+) -> tuple[float, float, float, float]:
+    """Rows per second (first POST to last ack), the client's CPU share of the wall time, and
+    the client's and the plane's CPU microseconds per row."""
+    options = {"batch_rows": batch} | ({"in_flight": depth} if depth else {})
+    conn, timed = timed_connection(store, plane, **options)
     profiler = cProfile.Profile() if profile else None
+    plane_cpu = cpu_seconds(plane.process.pid)
     wall, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
@@ -79,11 +104,12 @@ def drain(store: Any, plane: Plane, batch: int, profile: str | None) -> tuple[fl
         profiler.disable()
         profiler.dump_stats(profile)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    plane_cpu = cpu_seconds(plane.process.pid) - plane_cpu
     conn.close()
     assert report.synced == ROWS, report
     assert timed.first is not None
     assert timed.last is not None
-    return ROWS / (timed.last - timed.first), cpu / wall
+    return ROWS / (timed.last - timed.first), cpu / wall, cpu / ROWS * 1e6, plane_cpu / ROWS * 1e6
 
 
 def main() -> None:
@@ -95,35 +121,49 @@ def main() -> None:
         urls["postgres"] = os.environ["DURABILITY_TEST_POSTGRES_URL"]
         empty_postgres(urls["postgres"])
     stores = {name: durability.open(url, settings=Settings()) for name, url in urls.items()}
-    plane = Plane(folder)
-    rates: dict[tuple[str, int], list[float]] = {}
+    planes = {name: Plane(folder, root=tree, name=name) for name, tree in PLANES.items()}
+    rates: dict[tuple[str, str, int, int | None], list[tuple[float, float, float]]] = {}
     try:
         for store in stores.values():
             fill(store, ROWS)
         print(f"{ROWS} rows per store; load average {os.getloadavg()}", flush=True)
         for run in range(RUNS):
             names = list(stores) if run % 2 == 0 else list(reversed(stores))
-            batches = BATCHES if run % 2 == 0 else tuple(reversed(BATCHES))
+            configs = [(p, b, d) for p in planes for b in BATCHES for d in DEPTHS]
             for name in names:
-                for batch in batches:
-                    if run or rates.get((name, BATCHES[0])):
+                for plane, batch, depth in configs if run % 2 == 0 else reversed(configs):
+                    if run or any(k[0] == name for k in rates):
                         requeue(urls[name])
                     profile = f"{PROFILE}/client-{name}-{batch}.prof" if PROFILE else None
-                    rate, cpu = drain(stores[name], plane, batch, profile)
-                    rates.setdefault((name, batch), []).append(rate)
+                    rate, share, client_us, plane_us = drain(
+                        stores[name], planes[plane], batch, depth, profile
+                    )
+                    rates.setdefault((name, plane, batch, depth), []).append(
+                        (rate, client_us, plane_us)
+                    )
                     print(
-                        f"{name} batch {batch} run {run + 1}: {rate:,.0f} rows/s "
-                        f"(client CPU {cpu:.0%} of wall, load {os.getloadavg()[0]:.2f})",
+                        f"{name} plane {plane} batch {batch} in flight {depth or 'default'} "
+                        f"run {run + 1}: "
+                        f"{rate:,.0f} rows/s (client CPU {share:.0%} of wall, {client_us:.0f} us "
+                        f"a row; plane {plane_us:.0f} us a row; load {os.getloadavg()[0]:.2f})",
                         flush=True,
                     )
-        for (name, batch), values in rates.items():
+        for (name, plane, batch, depth), values in rates.items():
             print(
-                name, batch, f"median {statistics.median(values):,.0f}", [round(v) for v in values]
+                name,
+                plane,
+                batch,
+                depth or "default",
+                f"median {statistics.median(v[0] for v in values):,.0f} rows/s,",
+                f"client {statistics.median(v[1] for v in values):.0f} us/row,",
+                f"plane {statistics.median(v[2] for v in values):.0f} us/row",
+                [round(v[0]) for v in values],
             )
     finally:
         for store in stores.values():
             store.close()
-        plane.stop()
+        for plane in planes.values():
+            plane.stop()
 
 
 if __name__ == "__main__":

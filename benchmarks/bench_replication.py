@@ -100,8 +100,11 @@ def free_port() -> int:
 class Plane:
     """``durability plane serve`` in a subprocess."""
 
-    def __init__(self, folder: Path, *, compat: bool = False) -> None:
-        self.db = f"sqlite:///{folder / ('compat' if compat else 'plane')}.db"
+    def __init__(
+        self, folder: Path, *, compat: bool = False, root: Path = ROOT, name: str = "plane"
+    ) -> None:
+        """``root``: the source tree the plane runs from (another tree's plane, compared)."""
+        self.db = f"sqlite:///{folder / ('compat' if compat else name)}.db"
         self.storage = PlaneStorage(self.db)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -110,7 +113,8 @@ class Plane:
         )
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from durability.cli import main; main()", *args],
-            cwd=ROOT,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -1,16 +1,22 @@
 """The notebooks on production-sized stores: wall time and peak kernel memory of each (issue 16).
 
-Run with ``python benchmarks/bench_scale.py --checkpoints 1000000 [--threads N] [--no-write]``.
-It builds a SQLite store of that many checkpoints once, by bulk SQL (five rows per thread by
-default: a start, steps and a run end; states of ~1 KB with a tail of 8 KB and 2 MB ones;
-times spread over 60 days; the ledger filled; all but the newest 1,000 rows acknowledged by a
-plane; the indexes made after the load), under
-``benchmarks/.scratch/`` (git-ignored) and reuses it on later runs. Then it executes each
-notebook once on it through ``durability.bundle.execute`` in a process of its own, and reads
-the peak resident memory of that process's kernel (``RUSAGE_CHILDREN`` once the kernel has
-exited). Targets: 60 s and 2 GB per notebook. Never run by ``.ci/run``; ``--build-only`` builds
-(10,000,000 rows: 17 GB, about 40 minutes on a loaded 2-core machine), ``--only NAME`` runs
-one notebook, ``--timeout`` is nbclient's per-cell limit.
+Run with ``python benchmarks/bench_scale.py --checkpoints 1000000 [--threads N] [--backend
+postgres] [--dir DIR] [--no-write]``. It builds a store of that many checkpoints once (five rows
+per thread by default: a start, steps and a run end; states of ~1 KB with a tail of 8 KB and
+2 MB ones; times spread over 60 days; the ledger filled; all but the newest 1,000 rows
+acknowledged by a plane) and reuses it on later runs. The schema comes from the library, the
+rows by bulk SQL with the checkpoint indexes and the outbox trigger dropped (Postgres: disabled)
+for the load and made after it. SQLite: a file ``scale-N-T.db`` under ``--dir`` (default
+``benchmarks/.scratch/``, git-ignored; 10,000,000 rows: 17 GB, about 40 minutes on a loaded
+2-core machine). Postgres: a database ``scale_N_T`` created on the server of ``--postgres``
+(``COPY`` of the same rows, then ``VACUUM ANALYZE``; a database left by an interrupted build is
+dropped and built again). Then it executes each notebook once on the store through
+``durability.bundle.execute`` (the store URL in its parameters cell) in a process of its own,
+reads the peak resident memory of that process's kernel (``RUSAGE_CHILDREN`` once the kernel
+has exited), and prints the slowest cells (from the executed copy's timings). Targets: 60 s
+and 2 GB per notebook. Never run by ``.ci/run``; ``--build-only`` builds, ``--only NAME`` runs
+one notebook, ``--timeout`` is nbclient's per-cell limit. Unless ``--no-write``, the table is
+written into ``benchmarks/RESULTS.md`` as a section of its own per store.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -44,6 +53,16 @@ END = datetime(2026, 12, 1, tzinfo=UTC)
 STATES = {
     size: json.dumps({"topic": "t", "notes": "x" * size}) for size in (1_000, 8_000, 2_000_000)
 }
+
+
+#: The ledger columns the build fills.
+THREAD_COLUMNS = "tkey, thread_id, owner, run_id, started_at, finished_at, due_at"
+DAY = 86_400 * 10**6
+#: The meta row a finished Postgres build writes last (an interrupted one is built again).
+BUILT = "bench_scale_built"
+#: The rows go to Postgres as ``COPY`` text unescaped: no generated value holds a tab, a newline
+#: or a backslash (the ids and the fixed JSON columns are plain ASCII too).
+assert not any(c in state for state in STATES.values() for c in "\t\n\\")
 
 
 def state_of(n: int) -> str:
@@ -80,20 +99,8 @@ def build(path: Path, checkpoints: int, threads: int) -> float:
         _rows(checkpoints, threads, columns),
     )
     db.executemany(
-        "INSERT INTO durability_threads (tkey, thread_id, owner, run_id, started_at, "
-        "finished_at, due_at) VALUES (?, ?, 'minted', ?, ?, ?, ?)",
-        (
-            (
-                thread_key(f"thread-{t:08d}"),
-                f"thread-{t:08d}",
-                f"run-{t}",
-                at,
-                at + 10**8,
-                at + 86_400 * 10**6,
-            )
-            for t in range(threads)
-            for at in (_start_of(t, threads),)
-        ),
+        f"INSERT INTO durability_threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        _thread_rows(threads),
     )
     print(f"  rows in {time.perf_counter() - started:.0f} s; indexing", flush=True)
     for _, _, sql in saved:
@@ -112,6 +119,116 @@ def build(path: Path, checkpoints: int, threads: int) -> float:
     db.commit()
     db.close()
     return time.perf_counter() - started
+
+
+def postgres_store(admin_url: str, checkpoints: int, threads: int) -> tuple[str, str]:
+    """The store URL of the Postgres store of this size, and how it came to be (built or reused).
+
+    Its database is ``scale_N_T`` on the server of ``admin_url``; it is reused when its build
+    finished (a meta row the build writes last), else dropped and built again.
+    """
+    import psycopg
+
+    admin = make_url(admin_url)
+    name = f"scale_{checkpoints}_{threads}"
+    url = admin.set(database=name).render_as_string(hide_password=False)
+    server = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(server, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if exists and _postgres_finished(url):
+        return url, "reused"
+    with psycopg.connect(server, autocommit=True) as conn:
+        if exists:
+            conn.execute(f'DROP DATABASE "{name}"')  # the name is made here, never given
+        conn.execute(f'CREATE DATABASE "{name}"')
+    print(f"building database {name} ...", flush=True)
+    return url, f"built in {build_postgres(url, checkpoints, threads):.0f} s"
+
+
+def _postgres_finished(url: str) -> bool:
+    """Whether the build of the store at ``url`` wrote its last row."""
+    import psycopg
+
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        try:
+            found = conn.execute("SELECT 1 FROM durability_meta WHERE key = %s", (BUILT,))
+        except psycopg.errors.UndefinedTable:
+            return False
+        return found.fetchone() is not None
+
+
+def build_postgres(url: str, checkpoints: int, threads: int) -> float:
+    """Create the Postgres store at ``url`` (schema through the library, rows by ``COPY``); seconds.
+
+    As for SQLite, the checkpoint indexes (all but the primary key) are dropped for the load and
+    made after it; the outbox's statement trigger is disabled for the load instead, and the
+    outbox and the acknowledgements are written by two set statements. ``VACUUM ANALYZE`` last,
+    as autovacuum would leave a store of this age (visibility map and statistics).
+    """
+    import psycopg
+
+    started = time.perf_counter()
+    with durability.open(url) as store:
+        store.record_connection("", "http://plane.invalid")  # it replicates
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET synchronous_commit = off")
+        saved = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = "
+            "'durability_checkpoints' AND indexname NOT LIKE '%_pkey'"
+        ).fetchall()
+        for name, _ in saved:
+            conn.execute(f'DROP INDEX "{name}"')
+        conn.execute("ALTER TABLE durability_checkpoints DISABLE TRIGGER durability_outbox_put")
+        columns = ", ".join(f'"{c}"' for c in ("tkey", "ckey", *STORED_FIELDS))
+        _copy(
+            conn,
+            f"COPY durability_checkpoints ({columns}) FROM STDIN",
+            _rows(checkpoints, threads, [*STORED_FIELDS]),
+        )
+        _copy(conn, f"COPY durability_threads ({THREAD_COLUMNS}) FROM STDIN", _thread_rows(threads))
+        print(f"  rows in {time.perf_counter() - started:.0f} s; indexing", flush=True)
+        for _, sql in saved:
+            conn.execute(sql)
+        conn.execute("ALTER TABLE durability_checkpoints ENABLE TRIGGER durability_outbox_put")
+        newest = conn.execute("SELECT MAX(seq) - 1000 FROM durability_checkpoints").fetchone()
+        conn.execute(
+            "INSERT INTO durability_synced (seq, synced_at, attempts) SELECT seq, "
+            "created_at + 60000000, 1 FROM durability_checkpoints WHERE seq <= %s",
+            newest,
+        )
+        conn.execute(
+            "INSERT INTO durability_outbox (seq, project_id) SELECT seq, project_id "
+            "FROM durability_checkpoints WHERE seq > %s",
+            newest,
+        )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("INSERT INTO durability_meta (key, value) VALUES (%s, 'yes')", (BUILT,))
+    return time.perf_counter() - started
+
+
+def _copy(conn: Any, sql: str, rows: Iterator[tuple[object, ...]]) -> None:
+    """``COPY`` ``rows`` as text, 10,000 lines a write (see the assertion on :data:`STATES`)."""
+    with conn.cursor() as cur, cur.copy(sql) as copy:
+        lines: list[str] = []
+        for row in rows:
+            lines.append("\t".join("\\N" if v is None else str(v) for v in row))
+            if len(lines) == 10_000:
+                copy.write("\n".join(lines) + "\n")
+                lines.clear()
+        if lines:
+            copy.write("\n".join(lines) + "\n")
+
+
+def _thread_rows(threads: int) -> Iterator[tuple[object, ...]]:
+    """The ledger's record of every thread (:data:`THREAD_COLUMNS`): minted by its run."""
+    for t in range(threads):
+        at = _start_of(t, threads)
+        thread_id = f"thread-{t:08d}"
+        yield (thread_key(thread_id), thread_id, "minted", f"run-{t}", at, at + 10**8, at + DAY)
 
 
 def _start_of(t: int, threads: int) -> int:
@@ -169,7 +286,8 @@ def _rows(checkpoints: int, threads: int, columns: list[str]) -> Iterator[tuple[
 
 
 def run_one(name: str, store_url: str, out: Path, timeout: float) -> None:
-    """Execute one notebook (in this process); print its seconds and its kernel's peak RSS."""
+    """Execute one notebook (in this process); print its seconds, its kernel's peak RSS and its
+    slowest cells."""
     params: dict[str, object] = {"store_url": store_url, "output_dir": str(out / "charts")}
     if name == "plan_retention.ipynb":
         params["now"] = END.isoformat()
@@ -183,74 +301,61 @@ def run_one(name: str, store_url: str, out: Path, timeout: float) -> None:
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "error": error}))
+    cells = slowest_cells(out / "executed" / name)
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "error": error, "cells": cells}))
+
+
+def slowest_cells(executed: Path, count: int = 8) -> list[tuple[float, int, str]]:
+    """The ``count`` slowest code cells of an executed notebook: seconds (nbclient's timings,
+    input to reply), the cell's index and its first line."""
+    if not executed.exists():
+        return []
+    found = []
+    for index, cell in enumerate(json.loads(executed.read_text())["cells"]):
+        timing = cell.get("metadata", {}).get("execution", {})
+        begun, done = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+        if cell["cell_type"] != "code" or not (begun and done):
+            continue
+        spent = (datetime.fromisoformat(done) - datetime.fromisoformat(begun)).total_seconds()
+        found.append((round(spent, 1), index, "".join(cell["source"]).split("\n")[0][:90]))
+    return sorted(found, reverse=True)[:count]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoints", type=int, default=1_000_000)
-    parser.add_argument("--threads", type=int, default=None, help="default: checkpoints / 5")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--build-only", action="store_true", help="build (or reuse) the store")
-    parser.add_argument("--only", action="append", help="this notebook only (repeatable)")
-    parser.add_argument("--timeout", type=float, default=1800, help="per notebook, seconds")
-    parser.add_argument(
-        "--run-one", nargs=3, metavar=("NAME", "URL", "OUT"), help=argparse.SUPPRESS
-    )
-    args = parser.parse_args()
+    args = _parser().parse_args()
     if args.run_one:
         name, url, out = args.run_one
         run_one(name, url, Path(out), args.timeout)
         return
     threads = args.threads or max(1, args.checkpoints // 5)
-    SCRATCH.mkdir(exist_ok=True)
-    path = SCRATCH / f"scale-{args.checkpoints}-{threads}.db"
-    built = "reused"
-    if not path.exists():
-        print(f"building {path.name} ...", flush=True)
-        built = f"built in {build(path, args.checkpoints, threads):.0f} s"
-    size_mb = path.stat().st_size / 2**20
+    args.dir.mkdir(parents=True, exist_ok=True)
+    if args.backend == "postgres":
+        url, built = postgres_store(args.postgres, args.checkpoints, threads)
+        stem, size_mb = make_url(url).database or "", _postgres_mb(url)
+        kind = f"A Postgres 15 store (database {stem})"
+    else:
+        path = args.dir / f"scale-{args.checkpoints}-{threads}.db"
+        built = "reused"
+        if not path.exists():
+            print(f"building {path.name} ...", flush=True)
+            built = f"built in {build(path, args.checkpoints, threads):.0f} s"
+        url, stem, size_mb = f"sqlite:///{path}", path.stem, path.stat().st_size / 2**20
+        kind = "A SQLite store"
     print(
         f"store: {args.checkpoints:,} checkpoints, {threads:,} threads, {size_mb:,.0f} MB ({built})"
     )
     if args.build_only:
         return
     load = Path("/proc/loadavg").read_text().split()[0]
-    rows = []
-    for name in args.only or bundle.NOTEBOOK_NAMES:
-        out = SCRATCH / f"run-{path.stem}"
-        out.mkdir(exist_ok=True)
-        answer = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--timeout",
-                str(args.timeout),
-                "--run-one",
-                name,
-                f"sqlite:///{path}",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        result = json.loads(answer.stdout.strip().splitlines()[-1])
-        ok = (
-            result["error"] is None
-            and result["seconds"] <= TARGET_S
-            and result["peak_mb"] <= TARGET_MB
-        )
-        print(name, result, flush=True)
-        rows.append(
-            f"| {name} | {result['seconds']:.1f} | {result['peak_mb']:,.0f} | "
-            f"{'yes' if ok else 'no'} | {result['error'] or ''} |"
-        )
+    rows = [
+        _measure(name, url, args.dir / f"run-{stem}", args.timeout)
+        for name in args.only or bundle.NOTEBOOK_NAMES
+    ]
     lines = [
-        f"`python benchmarks/bench_scale.py --checkpoints {args.checkpoints}` — "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}; "
-        f"{platform.machine()}, load average {load} at the start and "
-        f"{Path('/proc/loadavg').read_text().split()[0]} at the end. A SQLite store of "
+        f"`python benchmarks/bench_scale.py --checkpoints {args.checkpoints} --threads {threads} "
+        f"--backend {args.backend}` — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python "
+        f"{platform.python_version()}; {platform.machine()}, load average {load} at the start "
+        f"and {Path('/proc/loadavg').read_text().split()[0]} at the end. {kind} of "
         f"{args.checkpoints:,} checkpoints over {threads:,} threads ({size_mb:,.0f} MB, {built}); "
         "each notebook executed once in a fresh kernel, no plane (its sections skipped); peak "
         "resident memory of the kernel process.",
@@ -261,8 +366,68 @@ def main() -> None:
     ]
     print("\n".join(lines))
     if not args.no_write:
-        heading = f"## Notebooks at scale: {args.checkpoints:,} checkpoints"
+        heading = f"## Notebooks at scale: {args.checkpoints:,} checkpoints, {args.backend}"
         write_section(heading, heading + "\n\n" + "\n".join(lines) + "\n")
+
+
+def _measure(name: str, url: str, out: Path, timeout: float) -> str:
+    """Run one notebook in a process of its own; its row of the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        __file__,
+        "--timeout",
+        str(timeout),
+        "--run-one",
+        name,
+        url,
+        str(out),
+    ]
+    answer = subprocess.run(command, capture_output=True, text=True, check=True)
+    result = json.loads(answer.stdout.strip().splitlines()[-1])
+    ok = (
+        result["error"] is None and result["seconds"] <= TARGET_S and result["peak_mb"] <= TARGET_MB
+    )
+    print(name, {k: v for k, v in result.items() if k != "cells"}, flush=True)
+    for spent, index, first in result["cells"]:
+        print(f"    {spent:7.1f} s  cell {index}: {first}", flush=True)
+    return (
+        f"| {name} | {result['seconds']:.1f} | {result['peak_mb']:,.0f} | "
+        f"{'yes' if ok else 'no'} | {result['error'] or ''} |"
+    )
+
+
+def _postgres_mb(url: str) -> float:
+    """The size of the store's database, MB."""
+    import psycopg
+
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    return float(size[0] if size else 0) / 2**20
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoints", type=int, default=1_000_000)
+    parser.add_argument("--threads", type=int, default=None, help="default: checkpoints / 5")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--postgres",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="a URL of the Postgres server the store's database is created on",
+    )
+    parser.add_argument(
+        "--dir", type=Path, default=SCRATCH, help=f"SQLite stores and executed copies ({SCRATCH})"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--build-only", action="store_true", help="build (or reuse) the store")
+    parser.add_argument("--only", action="append", help="this notebook only (repeatable)")
+    parser.add_argument("--timeout", type=float, default=1800, help="nbclient's per-cell limit, s")
+    parser.add_argument(
+        "--run-one", nargs=3, metavar=("NAME", "URL", "OUT"), help=argparse.SUPPRESS
+    )
+    return parser
 
 
 if __name__ == "__main__":

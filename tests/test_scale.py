@@ -45,6 +45,15 @@ class Bulk:
     quarantined: set[int]
 
 
+#: A minute in microseconds.
+MINUTE = 60_000_000
+
+
+def _written(seq: int) -> int:
+    """The write time of row ``seq`` (microseconds): a minute apart."""
+    return int(T0.timestamp() * 1e6) + seq * MINUTE
+
+
 def _size(t: int, n: int) -> int:
     return 500 + (t * 37 + n * 11) % 400 + (100_000 + t if t % 997 == 0 else 0)
 
@@ -72,7 +81,7 @@ def bulk(tmp_path_factory: pytest.TempPathFactory) -> Bulk:
                 "run_id": f"run-{t}", "runner": runner, "node_id": node, "step": n,
                 "step_type": "run_end" if n == PER_THREAD - 1 else "node",
                 "status": "failed" if n == PER_THREAD - 1 and t % 5 == 0 else "completed",
-                "iteration": 0, "created_at": int(T0.timestamp() * 1e6) + seq * 60_000_000,
+                "iteration": 0, "created_at": _written(seq),
                 "project_id": "", "state": "{}", "node_input": "null", "node_output": "null",
                 "iteration_counters": "{}", "interrupt_context": "null", "metadata": "{}",
                 "size_bytes": size,
@@ -90,14 +99,17 @@ def bulk(tmp_path_factory: pytest.TempPathFactory) -> Bulk:
     pending = {s for s in range(1, seq + 1) if s > seq - 50 or s % 1000 == 7}
     quarantined = {s for s in range(1, seq + 1) if s % 1500 == 3}
     done = [s for s in range(1, seq + 1) if s not in pending | quarantined]
+    # The plane took a row 0 to 4 x 40 minutes after its write (every tenth with no time
+    # recorded) and refused a quarantined one 2 hours after.
     db.executemany(
-        "INSERT INTO durability_synced (seq, attempts) VALUES (?, 1)", [(s,) for s in done]
+        "INSERT INTO durability_synced (seq, synced_at, attempts) VALUES (?, ?, 1)",
+        [(s, None if s % 10 == 0 else _written(s) + s % 5 * MINUTE * 40) for s in done],
     )
     db.executemany("DELETE FROM durability_outbox WHERE seq = ?", [(s,) for s in done])
     db.executemany(
-        "UPDATE durability_outbox SET sync_error = 'over the cap', synced_at = 1, attempts = 2 "
+        "UPDATE durability_outbox SET sync_error = 'over the cap', synced_at = ?, attempts = 2 "
         "WHERE seq = ?",
-        [(s,) for s in quarantined],
+        [(_written(s) + 120 * MINUTE, s) for s in quarantined],
     )
     db.commit()
     db.close()
@@ -180,6 +192,31 @@ def test_outbox_states_and_rows(bulk: Bulk, store: Store) -> None:
     oldest = frames.outbox_rows(store, "pending", limit=3)
     assert list(oldest.seq) == sorted(bulk.pending)[:3]
     assert frames.outbox_rows(store, "quarantined").sync_error.eq("over the cap").all()
+
+
+def test_backlog_is_counted_on_the_grid_in_the_store(bulk: Bulk, store: Store) -> None:
+    """``frames.backlog`` from the store's grouped spans: the pending count and the oldest
+    pending age at each instant are those of the rows by hand (a row pending from its write
+    until the plane took or refused it), and the SQL grouping equals the chunked default's."""
+    for step, origin in ((3_600_000_000, 0), (1_800_000_000, _written(17))):
+        assert store.scans.pending_spans(step, origin) == Aggregates(store).pending_spans(
+            step, origin
+        )
+    end = pd.Timestamp(_written(len(bulk.rows)) + 300 * MINUTE, unit="us", tz="UTC")
+    frame = frames.backlog(store, freq="1h", end=end.to_pydatetime())
+    assert frame["time"].iloc[0] == pd.Timestamp(_written(1), unit="us", tz="UTC").floor("1h")
+    with sqlite3.connect(bulk.url.removeprefix("sqlite:///")) as db:
+        left = dict(db.execute("SELECT seq, synced_at FROM durability_synced"))
+        left |= dict(db.execute("SELECT seq, synced_at FROM durability_outbox"))
+    spans = [(_written(s), left[s]) for s in range(1, len(bulk.rows) + 1) if s not in left or
+             left[s] is not None or s in bulk.pending]  # fmt: skip
+    for time, pending, age in frame.itertuples(index=False):
+        at = time.value // 1000
+        waiting = [w for w, gone in spans if w <= at and (gone is None or gone > at)]
+        assert pending == len(waiting), time
+        expected = pd.Timedelta(at - min(waiting), unit="us") if waiting else pd.NaT
+        assert age == expected or (pd.isna(age) and pd.isna(expected)), time
+    assert frame["pending"].max() > frame["pending"].iloc[-1] == len(bulk.pending)
 
 
 def test_readiness_summary_is_readiness_summed(store: Store) -> None:

@@ -290,6 +290,22 @@ def test_release_requeues_the_quarantined_rows(tmp_path: Path) -> None:
         assert "released 2 row(s)" in monitor.status.value
 
 
+def test_the_monitor_shows_a_backlog_just_read_then_reads_it_anew(tmp_path: Path) -> None:
+    """A backlog frame passed in is shown first (no second read of the outbox); Refresh reads
+    the store again."""
+    clock = FrozenClock(DEMO_START)
+    with sqlite_store(tmp_path / "outbox.db", clock) as store:
+        store.put(durability.Checkpoint(thread_id="t", node_id="n", state={}))
+        clock.advance(timedelta(hours=3))
+        read = frames.backlog(store, freq="1h")
+        monitor = OutboxMonitor(store, freq="1h", backlog=read)
+        assert monitor.backlog_frame is read
+        clock.advance(timedelta(hours=2))
+        monitor.refresh_button.click()
+        assert monitor.backlog_frame is not read
+        assert len(monitor.backlog_frame) == len(read) + 2
+
+
 # ---------------------------------------------------------------------------- restore panel
 
 

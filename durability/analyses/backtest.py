@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from durability import simulate
-from durability.analyses.common import frame_of, header_chunks
+from durability.analyses.common import frame_of
 from durability.clock import as_utc
 from durability.errors import ConfigError
 from durability.stores.base import Store
@@ -50,9 +51,15 @@ class Backtest:
 
 @dataclass
 class _History:
-    """Per thread (rows) and sweep bucket (columns): bytes written, newest and oldest write."""
+    """The store's writes per thread and sweep bucket, sparse: one entry per (thread, bucket)
+    written in (``thread`` the thread's row, ``bucket`` as :meth:`thread_buckets` numbers
+    them, in thread then bucket order), and per thread (rows, in thread id order) its id,
+    owner, finished mark and declared caps."""
 
     ids: list[str]
+    owners: list[str | None]
+    thread: np.ndarray
+    bucket: np.ndarray
     bytes: np.ndarray
     newest: np.ndarray
     oldest: np.ndarray
@@ -65,47 +72,35 @@ def _us(value: datetime) -> int:
     return int(as_utc(value).timestamp() * 1_000_000)
 
 
+def _ints(values: list[Any], fill: int) -> np.ndarray:
+    return np.array([fill if v is None else int(v) for v in values], dtype=np.int64)
+
+
 def _history(store: Store, sweeps: np.ndarray) -> _History:
-    from durability import frames
+    """Read the writes per (thread, bucket) from the store: one aggregate, never the rows."""
+    answer = store.scans.thread_buckets(int(sweeps[0]), _DAY_US, len(sweeps))
+    names = answer["thread_id"]
+    new = np.ones(len(names), dtype=bool)
+    if len(names) > 1:
+        new[1:] = np.array(names[1:], dtype=object) != np.array(names[:-1], dtype=object)
+    firsts = np.flatnonzero(new)
+    never = np.iinfo(np.int64).max
+    first = firsts.tolist()
 
-    threads = frames.threads(store)
-    ids = threads["thread_id"].astype(str).tolist()
-    row = {tid: i for i, tid in enumerate(ids)}
-    shape = (len(ids), len(sweeps) + 1)
-    written = np.zeros(shape, dtype=np.int64)
-    newest = np.full(shape, _NONE, dtype=np.int64)
-    oldest = np.full(shape, np.iinfo(np.int64).max, dtype=np.int64)
-    names = ("thread_id", "created_at", "size_bytes")
-    for chunk in header_chunks(store, names):
-        keep = [
-            i
-            for i, (t, c) in enumerate(zip(chunk["thread_id"], chunk["created_at"], strict=True))
-            if c is not None and t in row
-        ]
-        rows = np.array([row[chunk["thread_id"][i]] for i in keep], dtype=np.int64)
-        created = np.array([chunk["created_at"][i] for i in keep], dtype=np.int64)
-        sizes = np.array([int(chunk["size_bytes"][i] or 0) for i in keep], dtype=np.int64)
-        bucket = np.searchsorted(sweeps, created, side="left")  # bucket k: after sweep k-1
-        np.add.at(written, (rows, bucket), sizes)
-        np.maximum.at(newest, (rows, bucket), created)
-        np.minimum.at(oldest, (rows, bucket), created)
-
-    def micros(column: str, fill: int) -> np.ndarray:
-        values = pd.to_datetime(threads[column], utc=True)
-        return np.where(values.isna(), fill, values.astype("int64") // 1000)
-
-    def caps(column: str) -> np.ndarray:
-        spans = pd.to_timedelta(threads[column])
-        return np.where(spans.isna(), np.iinfo(np.int64).max, spans.astype("int64") // 1000)
+    def per_thread(column: str, fill: int) -> np.ndarray:
+        return _ints([answer[column][i] for i in first], fill)
 
     return _History(
-        ids,
-        written,
-        newest,
-        oldest,
-        micros("finished_at", _NONE),
-        caps("declared_waiting"),
-        caps("declared_finished"),
+        [names[i] for i in first],
+        [answer["owner"][i] for i in first],
+        np.cumsum(new) - 1,
+        _ints(answer["bucket"], 0),
+        _ints(answer["size_bytes"], 0),
+        _ints(answer["newest_at"], _NONE),
+        _ints(answer["oldest_at"], _NONE),
+        per_thread("finished_at", _NONE),
+        per_thread("declared_waiting", never),
+        per_thread("declared_finished", never),
     )
 
 
@@ -120,19 +115,30 @@ def _replay(
     held = np.zeros(n, dtype=np.int64)
     last = np.full(n, _NONE, dtype=np.int64)
     since = np.full(n, _NONE, dtype=np.int64)  # when the thread last came back (a restart)
+    # Each thread's first write bucket after the sweep replayed (and that bucket's oldest write).
+    follows = np.append(h.thread[1:] == h.thread[:-1], False)  # the next entry is the same thread
+    coming = np.full(n, _NONE, dtype=np.int64)
+    coming_at = np.full(n, _NONE, dtype=np.int64)
+    starts = np.flatnonzero(np.append(True, h.thread[1:] != h.thread[:-1]))[: len(h.thread)]
+    coming[h.thread[starts]], coming_at[h.thread[starts]] = h.bucket[starts], h.oldest[starts]
+    by_bucket = np.argsort(h.bucket, kind="stable")
+    edges = np.searchsorted(h.bucket[by_bucket], np.arange(len(sweeps) + 1))
     per_day, cuts = [], []
     for k, at in enumerate(sweeps):
-        held += h.bytes[:, k]
-        last = np.maximum(last, h.newest[:, k])
+        here = by_bucket[edges[k] : edges[k + 1]]
+        rows = h.thread[here]
+        held[rows] += h.bytes[here]
+        last[rows] = np.maximum(last[rows], h.newest[here])
+        nxt = here + 1
+        has = follows[here]
+        coming[rows] = np.where(has, h.bucket[np.minimum(nxt, len(h.bucket) - 1)], _NONE)
+        coming_at[rows] = np.where(has, h.oldest[np.minimum(nxt, len(h.oldest) - 1)], _NONE)
         alive = last != _NONE
         marked = (h.finished != _NONE) & (h.finished <= at) & (h.finished >= since)
         due = np.where(marked, h.finished + finished, last + waiting)
         going = alive & (due <= at)
-        later = h.newest[:, k + 1 :] != _NONE
-        cut = going & later.any(axis=1)
-        for i in np.flatnonzero(cut):
-            j = k + 1 + int(np.argmax(later[i]))
-            cuts.append((int(i), k, int(last[i]), int(h.oldest[i, j])))
+        cut = going & (coming != _NONE)
+        cuts += [(int(i), k, int(last[i]), int(coming_at[i])) for i in np.flatnonzero(cut)]
         held[going], last[going] = 0, _NONE
         since[going] = at
         alive &= ~going
@@ -178,6 +184,7 @@ def backtest(
                 {
                     "policy": policy.label,
                     "thread_id": h.ids[i],
+                    "owner": h.owners[i],
                     "deleted_on": stamps[k],
                     "last_before": pd.Timestamp(before, unit="us", tz="UTC"),
                     "next_turn": pd.Timestamp(after, unit="us", tz="UTC"),
@@ -187,19 +194,7 @@ def backtest(
     frame = frame_of(rows, "backtest")
     longer = policies[1][0].waiting > policies[0][0].waiting
     frame.attrs.update(caveat=CAVEAT, longer_than_in_force=longer)
-    return Backtest(frame, _with_owner(store, frame_of(cut_rows, "cut_conversations")))
-
-
-def _with_owner(store: Store, cuts: pd.DataFrame) -> pd.DataFrame:
-    from durability.analyses.common import thread_chunks
-
-    owners = {
-        t: o
-        for chunk in thread_chunks(store, ("thread_id", "owner"))
-        for t, o in zip(chunk["thread_id"], chunk["owner"], strict=True)
-    }
-    cuts["owner"] = pd.array([owners.get(t) for t in cuts["thread_id"]], dtype="string")
-    return cuts
+    return Backtest(frame, frame_of(cut_rows, "cut_conversations"))
 
 
 __all__ = ["CAVEAT", "Backtest", "backtest"]

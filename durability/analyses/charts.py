@@ -183,15 +183,27 @@ def backtest_chart(result: Backtest) -> Figure:
 def thin_vs_delete_chart(savings: pd.DataFrame, keep_latest: int = 1) -> Figure:
     """Bytes freed by the sweep under the policy in force (deleting the due threads) beside
     bytes freed by thinning every thread to its latest ``keep_latest`` checkpoints, a proposal
-    that keeps each thread resumable (:func:`durability.sweep.thin.thin_vs_delete`'s frame)."""
+    that keeps each thread resumable (:func:`durability.sweep.thin.thin_vs_delete`'s frame).
+
+    The sweep's bar is the whole store's (``attrs``); a frame of a sample of threads scales
+    its thinning to the store and the bar and title say it is estimated from that sample.
+    """
     title = "Delete or thin: the bytes each frees"
+    info = savings.attrs
     if savings.empty:
         return plots._no_data(title, f"{plots.NO_DATA}: the store holds no thread")
-    deleted, thinned = int(savings["delete_frees"].sum()), int(savings["thin_frees"].sum())
-    due = int((savings["delete_frees"] > 0).sum())
+    deleted = int(info.get("delete_frees", savings["delete_frees"].sum()))
+    due = int(info.get("due_threads", (savings["delete_frees"] > 0).sum()))
+    thinned = int(savings["thin_frees"].sum())
+    sample, everyone = info.get("sample"), int(info.get("threads", len(savings)))
+    thin_label = f"thin all to the latest {keep_latest}"
+    if sample is not None and sample < everyone:
+        thinned = round(thinned * everyone / max(sample, 1))
+        thin_label += f" (estimated from a sample of {sample:,} of {everyone:,} threads)"
+        title += f": thinning from a sample of {sample:,} threads"
     names = [
         vocabulary.policy_role(f"delete the {due:,} due threads", vocabulary.IN_FORCE),
-        vocabulary.policy_role(f"thin all to the latest {keep_latest}", vocabulary.PROPOSED),
+        vocabulary.policy_role(thin_label, vocabulary.PROPOSED),
     ]
     unit, size = plots.bytes_unit(max(deleted, thinned, 1))
     fig = plots._figure(title, height=2.2)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from durability import simulate
-from durability.analyses.common import frame_of, header_chunks
+from durability.analyses.common import frame_of
 from durability.clock import as_utc
 from durability.errors import ConfigError
 from durability.stores.base import Store
@@ -35,23 +35,19 @@ from durability.vocabulary import IN_FORCE, PROPOSED
 _DAY = timedelta(days=1)
 
 
-def _write_history(store: Store, start: datetime, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bytes written per day of the window, and the first write of each thread (any time)."""
+def _write_history(
+    store: Store, threads: pd.DataFrame, start: datetime, window: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes written per day of the window (counted in the store), and the first write of each
+    thread (its ``first_at``), in microseconds."""
     start_us = int(start.timestamp() * 1_000_000)
     day_us = 86_400_000_000
+    answer = store.scans.written_per_bucket(start_us, day_us, window)
     written = np.zeros(window, dtype=np.int64)
-    first: dict[str, int] = {}
-    names = ("thread_id", "created_at", "size_bytes")
-    for chunk in header_chunks(store, names):
-        for thread_id, created, size in zip(*(chunk[n] for n in names), strict=True):
-            if created is None:
-                continue
-            if created < first.get(thread_id, created + 1):
-                first[thread_id] = created
-            day = (created - start_us) // day_us
-            if 0 <= day < window:
-                written[day] += int(size or 0)
-    return written, np.array(sorted(first.values()), dtype=np.int64)
+    written[np.array(answer["bucket"], dtype=np.int64)] = answer["size_bytes"]
+    first_at = pd.to_datetime(threads["first_at"], utc=True).dropna()
+    firsts = np.sort(first_at.to_numpy(dtype="datetime64[us]").astype(np.int64))
+    return written, firsts
 
 
 def _by_weekday(values: np.ndarray, start: datetime) -> np.ndarray:
@@ -73,7 +69,7 @@ def fit(store: Store, threads: pd.DataFrame, now: datetime, window: int = 28) ->
     if window < 1:
         raise ConfigError(f"cannot fit the write history of {window} days: use at least 1")
     start = now - window * _DAY
-    written, firsts = _write_history(store, start, window)
+    written, firsts = _write_history(store, threads, start, window)
     start_us = int(start.timestamp() * 1_000_000)
     new_days = (firsts[firsts >= start_us] - start_us) // 86_400_000_000
     new_per_day = np.bincount(new_days[new_days < window], minlength=window)[:window]
@@ -98,6 +94,7 @@ def forecast(
     days: int = 90,
     now: datetime | None = None,
     window: int = 28,
+    threads: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Bytes and threads the store holds each day for ``days`` days, per policy
     (``COLUMNS["forecast"]``: ``policy``, ``role``, ``day``, ``threads``, ``size_bytes``).
@@ -105,6 +102,7 @@ def forecast(
     ``policies`` default to the store's settings (in force); the first is taken as in force,
     the others as proposed (``role``). ``now`` defaults to the store's clock; ``window`` is the
     write history the model is fitted on (days). The model is the module's; ``attrs`` hold it.
+    ``threads`` is ``frames.threads(store, now=now)`` when the caller has it (else it is read).
     """
     if days < 1:
         raise ConfigError(f"cannot forecast {days} days: give days >= 1")
@@ -112,7 +110,8 @@ def forecast(
 
     at = as_utc(now) if now is not None else store.clock()
     chosen = [simulate.as_policy(p) for p in (policies or [store.settings])]
-    threads = frames.threads(store, now=at)
+    if threads is None:
+        threads = frames.threads(store, now=at)
     model = fit(store, threads, at, window)
     existing = simulate.daily(threads, chosen, at, days)
     weekdays = (at.weekday() + np.arange(days)) % 7

@@ -25,7 +25,6 @@ from durability.frames.columns import (
     ints,
     micros_of,
     moment,
-    nanos,
     nullable_ints,
     spans,
     statuses,
@@ -225,42 +224,50 @@ def backlog(
 ) -> pd.DataFrame:
     """The outbox backlog over time (``COLUMNS["backlog"]``): one row per instant of a grid.
 
-    The grid runs every ``freq`` (a pandas offset such as ``"15min"``, ``"1h"``, ``"1D"``)
-    from ``start`` (default: the oldest row's ``created_at``, floored to ``freq``) to ``end``
-    (default: the store's clock). ``pending`` counts the rows pending at each instant (written,
-    not yet taken or refused by the plane); ``oldest_pending_age`` is the age of the oldest of
-    them (``NaT`` when none). Empty when the store keeps no outbox, or holds no rows and no
-    ``start`` is given.
+    The grid runs every ``freq`` (a pandas duration of fixed length such as ``"15min"``,
+    ``"1h"``, ``"1D"``) from ``start`` (default: the oldest checkpoint's ``created_at``, or
+    the start of the oldest released row's past span if older, floored to ``freq``) to ``end``
+    (default: the store's clock). ``pending`` counts the rows pending at
+    each instant (written, not yet taken or refused by the plane); ``oldest_pending_age`` is
+    the age of the oldest of them (``NaT`` when none). Empty when the store keeps no outbox, or
+    holds no checkpoint and no ``start`` is given.
 
     Built from what happened, so no later action changes a past instant: a row counts from its
     write (or its release back into the outbox, ``pending_since``) until the plane took or
     refused it, and the time a released row was pending before its quarantine comes from the
-    outbox's history (:meth:`~durability.stores.outbox.Outbox.history`).
+    outbox's history (:meth:`~durability.stores.outbox.Outbox.history`). Counted in the store
+    on the grid (:meth:`~durability.stores.aggregates.Aggregates.pending_spans`): memory
+    follows the grid, never the number of rows.
     """
     if not _keeps_outbox(store):
         return empty("backlog")
-    begin, left, created = _pending_spans(store)
-    if start is None and not len(created):
-        return empty("backlog")
     try:
-        first = (
-            pd.Timestamp(as_utc(start))
-            if start is not None
-            else pd.Timestamp(int(begin.min()), tz="UTC").floor(freq)
-        )
-        last = pd.Timestamp(as_utc(end if end is not None else store.clock()))
-        grid = pd.date_range(first, last, freq=freq)
+        step = pd.Timedelta(freq).value
     except ValueError as exc:
         raise ConfigError(
-            f"cannot build the backlog frame: freq={freq!r} is not a pandas frequency "
+            f"cannot build the backlog frame: freq={freq!r} is not a fixed pandas duration "
             f"({exc}); use one such as '15min', '1h' or '1D'"
         ) from exc
-    instants = grid.as_unit("ns").asi8
-    pending, oldest = _pending_at(begin, left, created, instants)
-    age = np.where(oldest == NAT, NAT, instants - oldest)
+    if step < 1000 or step % 1000:
+        raise ConfigError(
+            f"cannot build the backlog frame: freq={freq!r} is not a positive whole number of "
+            "microseconds; use one such as '15min', '1h' or '1D'"
+        )
+    step //= 1000
+    if start is not None:
+        first = to_micros(as_utc(start))
+    elif (written := store.scans.oldest_write()) is not None:
+        first = written // step * step  # floored to freq, as pandas floors
+    else:
+        return empty("backlog")
+    found = store.scans.pending_spans(step, first)
+    last = to_micros(as_utc(end if end is not None else store.clock()))
+    instants = np.arange(first, last + 1, step, dtype=np.int64) if last >= first else _NONE
+    pending, oldest = _pending_on_grid(found, len(instants))
+    age = np.where(oldest == NAT, NAT, (instants - np.where(oldest == NAT, 0, oldest)) * 1000)
     return pd.DataFrame(
         {
-            "time": times((instants // 1000).tolist()),
+            "time": times(instants.tolist()),
             "pending": pending.astype("int64"),
             "oldest_pending_age": pd.array(cast(Any, age.view("m8[ns]")), dtype=SPAN),
         }
@@ -318,57 +325,36 @@ def _keeps_outbox(store: Store) -> bool:
     return store.outbox is not None
 
 
-def _pending_spans(store: Store) -> tuple[np.ndarray[Any, Any], ...]:
-    """Every span a row was pending: its start, its end (int64 max while still pending) and the
-    row's write time, from the rows' current state and the outbox's history (nanoseconds)."""
-    cols = _outbox_cols(store)
-    created = nanos(cols["created_at"])
-    left = nanos(cols["synced_at"])
-    since = nanos(cols["pending_since"])
-    synced = np.array(cols["synced"], dtype=bool)
-    # Synced with no recorded time: when it stopped pending is unknown, so it never counts.
-    keep = ~(synced & (left == NAT))
-    created, left, since = created[keep], left[keep], since[keep]
-    begin = np.where(since == NAT, created, since)
-    left = np.where(left == NAT, np.iinfo(np.int64).max, left)
-    past = store.outbox.history() if store.outbox is not None else []
-    if past:
-        span = (
-            np.array(
-                [
-                    [to_micros(p.pending_from), to_micros(p.pending_until), to_micros(p.created_at)]
-                    for p in past
-                ],
-                dtype=np.int64,
-            )
-            * 1000
-        )
-        begin = np.concatenate([begin, span[:, 0]])
-        left = np.concatenate([left, span[:, 1]])
-        created = np.concatenate([created, span[:, 2]])
-    return begin, left, created
+#: No instant: the grid of a window that ends before it starts.
+_NONE = np.empty(0, dtype=np.int64)
 
 
-def _pending_at(
-    start: np.ndarray[Any, Any],
-    left: np.ndarray[Any, Any],
-    created: np.ndarray[Any, Any],
-    instants: np.ndarray[Any, Any],
+def _pending_on_grid(
+    found: dict[str, list[Any]], count: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Spans pending at each instant (``start <= t < left``) and the oldest one's ``created``.
+    """Spans pending at each of ``count`` instants and the oldest one's write time
+    (microseconds, ``NAT`` when none), from :meth:`pending_spans`'s groups on a grid whose
+    index 0 is the first instant.
 
-    Counting is a difference of two sorted searches. The oldest: each span covers a run of
-    instants; walking spans oldest row first, a span fills the instants of its run still
+    Counting is a difference array over the groups. The oldest: each group covers a run of
+    instants; walking groups oldest write first, a group fills the instants of its run still
     unfilled (a next-unfilled pointer with path halving keeps it near linear).
     """
-    first = np.searchsorted(instants, start, side="left")
-    stop = np.searchsorted(instants, left, side="left")
-    pending = np.searchsorted(np.sort(start), instants, side="right") - np.searchsorted(
-        np.sort(left), instants, side="right"
-    )
-    oldest = np.full(len(instants), NAT, dtype=np.int64)
-    covering = np.flatnonzero(stop > first)
-    nxt = list(range(len(instants) + 1))
+    runs = []
+    for starts, ends, number, created in zip(
+        found["starts"], found["ends"], found["spans"], found["oldest_created"], strict=True
+    ):
+        first = min(max(starts, 0), count)
+        stop = count if ends is None else min(max(ends, 0), count)
+        if stop > first:
+            runs.append((created, first, stop, number))
+    steps = np.zeros(count + 1, dtype=np.int64)
+    for _, first, stop, number in runs:
+        steps[first] += number
+        steps[stop] -= number
+    pending = np.cumsum(steps)[:count]
+    oldest = np.full(count, NAT, dtype=np.int64)
+    nxt = list(range(count + 1))
 
     def find(i: int) -> int:
         while nxt[i] != i:
@@ -376,11 +362,10 @@ def _pending_at(
             i = nxt[i]
         return i
 
-    for row in covering[np.argsort(created[covering], kind="stable")]:
-        i = find(int(first[row]))
-        end = int(stop[row])
-        while i < end:
-            oldest[i] = created[row]
+    for created, first, stop, _ in sorted(runs, key=lambda run: run[0]):
+        i = find(first)
+        while i < stop:
+            oldest[i] = created
             nxt[i] = i + 1
             i = find(i + 1)
     return pending, oldest

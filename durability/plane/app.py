@@ -46,12 +46,13 @@ plane never runs agent code: it stores and serves JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -62,52 +63,19 @@ from durability._version import __version__
 from durability.asgi import BodyLimit
 from durability.errors import ConfigError
 from durability.plane.erasure import ERASED_REASON
-from durability.plane.schema import namespace_of
-from durability.plane.storage import Conflict, PlaneStorage, Row, Tenant, order_micros
+from durability.plane.items import PlaneCaps, Refusal, named, validate
+from durability.plane.storage import Conflict, PlaneStorage, Row, Tenant
 from durability.replication.wire import ROW_KEY
 
-RESOURCE_TYPES = frozenset({"agent", "chain", "swarm", "supervisor"})
-STATUSES = frozenset({"completed", "interrupted", "failed"})
 SCOPES = ["checkpoint:write", "checkpoint:read", "agent:write"]
 ENTITLEMENT = "connected_state_plane"
-#: The item fields held as text columns (a NUL in one is refused: Postgres text cannot hold it).
-_TEXT_FIELDS = ("checkpoint_id", "execution_id", "agent_id", "chain_id", "node_id")
+#: Ingest bodies one plane process parses and stores at once (the others wait, already read):
+#: bounds the memory their parsed items take, whatever the number of clients.
+INGEST_WORKERS = 4
 #: How many executions one digest request may name.
 DIGEST_EXECUTIONS = 1000
 #: Page cursors longer than this are not ones the plane issued.
 _CURSOR_CHARS = 200
-
-
-@dataclass(frozen=True, slots=True)
-class PlaneCaps:
-    """What the plane refuses, announced in ``auth/check`` as ``limits``.
-
-    ``state_bytes`` is measured on the compact JSON of ``state_snapshot``; 1 MiB by default.
-    """
-
-    state_bytes: int = 1_048_576
-    step_type_chars: int = 40
-    agent_id_chars: int = 255
-    chain_id_chars: int = 255
-    node_id_chars: int = 1024
-    body_bytes: int = 64 * 1024 * 1024
-
-    def announced(self) -> dict[str, int]:
-        return {
-            "state_bytes": self.state_bytes,
-            "step_type_chars": self.step_type_chars,
-            "agent_id_chars": self.agent_id_chars,
-            "body_bytes": self.body_bytes,
-        }
-
-
-class _Refusal(Exception):
-    """An item the plane refuses: ``status`` is what compat mode answers for it."""
-
-    def __init__(self, reason: str, status: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -133,6 +101,7 @@ class Plane:
         self.compat = compat
         self.history = history
         self.caps = caps or PlaneCaps()
+        self._ingesting = threading.BoundedSemaphore(INGEST_WORKERS)
 
     def tenant(self, request: Request) -> Tenant | None:
         return self.storage.authenticate(request.headers.get("x-api-key", ""))
@@ -192,18 +161,31 @@ class Plane:
             return _error(
                 422, f"an agent needs a name of 1 to {limit} characters, without NUL (a string)"
             )
-        return _json(self.storage.upsert_agent(tenant, name, body), 201)
+        return _json(await run_in_threadpool(self.storage.upsert_agent, tenant, name, body), 201)
 
     # ------------------------------------------------------------------ ingest
 
     async def ingest(self, request: Request) -> Response:
-        tenant = self.tenant(request)
+        """``POST …/checkpoints/ingest``. Only reading the body runs on the event loop: the key
+        look-up, parsing, validation and storage run on a worker thread, so one batch is parsed
+        and checked while another is being stored (decision 0155)."""
+        tenant = await run_in_threadpool(self.tenant, request)
         if tenant is None:
             return _error(401, "invalid or revoked API key")
         if not tenant.entitled:
             return _error(403, f"the domain {tenant.domain_id!r} is not entitled to {ENTITLEMENT}")
+        body = await request.body()
+        return await run_in_threadpool(self.ingest_body, tenant, body)
+
+    def ingest_body(self, tenant: Tenant, body: bytes) -> Response:
+        """Ingest a read body for an authenticated, entitled tenant (blocking: a worker thread;
+        at most :data:`INGEST_WORKERS` at once)."""
+        with self._ingesting:
+            return self._ingest(tenant, body)
+
+    def _ingest(self, tenant: Tenant, body: bytes) -> Response:
         try:
-            payload = orjson.loads(await request.body())
+            payload = orjson.loads(body)
         except orjson.JSONDecodeError:
             return _error(400, "the body is not JSON")
         items = payload.get("checkpoints") if isinstance(payload, dict) else None
@@ -211,31 +193,22 @@ class Plane:
             return _error(422, 'the body must be {"checkpoints": [item, …]}')
         rows: list[Row] = []
         rejections: list[dict[str, str]] = []
+        limits = self.caps.text_limits()
         for item in items:
-            named = _named(item)
-            if named is None:
+            names = named(item)
+            if names is None:
                 return _error(
                     422,
                     "every checkpoint must be an object with a non-empty checkpoint_id and "
                     "execution_id (strings)",
                 )
             try:
-                rows.append(self.validate(item))
-            except _Refusal as refusal:
+                rows.append(validate(item, self.caps, limits))
+            except Refusal as refusal:
                 if self.compat:
-                    return _refused(refusal.status, named, refusal.reason)
-                rejections.append({**named, "reason": refusal.reason})
-        erased = self.storage.erased(tenant, {row.execution_id for row in rows})
-        if erased:
-            for row in rows:
-                if row.execution_id in erased:
-                    named = {
-                        "checkpoint_id": row.checkpoint_id,
-                        "execution_id": row.execution_id,
-                        "namespace": row.namespace,
-                    }
-                    rejections.append({**named, "reason": ERASED_REASON})
-            rows = [row for row in rows if row.execution_id not in erased]
+                    return _refused(refusal.status, names, refusal.reason)
+                rejections.append({**names, "reason": refusal.reason})
+        rows = self._drop_erased(tenant, rows, rejections)
         stored, conflicts = self.storage.insert(tenant, rows, unique_ids=self.compat)
         if conflicts and self.compat:
             return _refused(409, _conflict_names(conflicts[0]), conflicts[0].reason)
@@ -245,41 +218,28 @@ class Plane:
         )
 
     def validate(self, item: dict[str, Any]) -> Row:
-        """Check one item (shape first, then caps) and turn it into a row."""
-        caps = self.caps
-        state = _object_field(item, "state_snapshot")
-        metadata = _object_field(item, "metadata")
-        state_text = orjson.dumps(state)
-        if len(state_text) > caps.state_bytes:
-            raise _Refusal(
-                f"state_snapshot is {len(state_text)} bytes, over the {caps.state_bytes}-byte cap",
-                413,
-            )
-        texts = _text_fields(item, caps)
-        resource_type = _choice_field(item, "resource_type", "chain", RESOURCE_TYPES)
-        status = _choice_field(item, "status", "completed", STATUSES)
-        return Row(
-            item["checkpoint_id"],
-            item["execution_id"],
-            namespace_of(metadata),
-            {
-                "checkpoint_id": item["checkpoint_id"],
-                "execution_id": item["execution_id"],
-                "resource_type": resource_type,
-                "agent_id": texts["agent_id"],
-                "chain_id": texts["chain_id"],
-                "node_id": texts["node_id"] or "",
-                "step_index": _integer_field(item, "step_index"),
-                "step_type": texts["step_type"],
-                "status": status,
-                "parent_checkpoint_id": texts["parent_checkpoint_id"],
-                "state_snapshot": state_text.decode(),
-                "metadata": orjson.dumps(metadata).decode(),
-                "created_at": texts["created_at"],
-                "order_at": _order_at(texts["created_at"]),
-                "sequence": _integer_field(item, "sequence"),
-            },
-        )
+        """Check one item (shape first, then caps) and turn it into a row (raises
+        :class:`~durability.plane.items.Refusal`)."""
+        return validate(item, self.caps)
+
+    def _drop_erased(
+        self, tenant: Tenant, rows: list[Row], rejections: list[dict[str, str]]
+    ) -> list[Row]:
+        """The rows of executions the tenant has not erased; the others are rejected by name."""
+        erased = self.storage.erased(tenant, {row.execution_id for row in rows})
+        if not erased:
+            return rows
+        for row in rows:
+            if row.execution_id in erased:
+                rejections.append(
+                    {
+                        "checkpoint_id": row.checkpoint_id,
+                        "execution_id": row.execution_id,
+                        "namespace": row.namespace,
+                        "reason": ERASED_REASON,
+                    }
+                )
+        return [row for row in rows if row.execution_id not in erased]
 
     # ------------------------------------------------------------------ erasure
 
@@ -298,7 +258,7 @@ class Plane:
         execution_id = body.get("execution_id")
         if not isinstance(execution_id, str) or not execution_id or "\x00" in execution_id:
             return _error(422, 'the body must be {"execution_id": "<non-empty id without NUL>"}')
-        done = self.storage.erase(tenant, execution_id)
+        done = await run_in_threadpool(self.storage.erase, tenant, execution_id)
         return _json(
             {
                 "execution_id": execution_id,
@@ -382,22 +342,6 @@ class Plane:
         except ConfigError as exc:
             return _error(422, str(exc))
         return _json({"items": items, "next_cursor": cursor})
-
-
-def _named(item: Any) -> dict[str, str] | None:
-    """How a rejection names an item (its ids and namespace); ``None`` for a malformed item."""
-    if not isinstance(item, dict):
-        return None
-    checkpoint_id, execution_id = item.get("checkpoint_id"), item.get("execution_id")
-    if not (isinstance(checkpoint_id, str) and checkpoint_id):
-        return None
-    if not (isinstance(execution_id, str) and execution_id):
-        return None
-    return {
-        "checkpoint_id": checkpoint_id,
-        "execution_id": execution_id,
-        "namespace": namespace_of(item.get("metadata")),
-    }
 
 
 def _conflict_names(conflict: Conflict) -> dict[str, str]:
@@ -514,74 +458,6 @@ def create_app(
     app = Starlette(routes=routes, middleware=[limit])
     app.state.plane = plane
     return app
-
-
-def _object_field(item: dict[str, Any], name: str) -> dict[str, Any]:
-    """An object field of an item (``{}`` when absent or null)."""
-    value = item.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Refusal(f"{name} must be an object", 422)
-    return value
-
-
-def _text_fields(item: dict[str, Any], caps: PlaneCaps) -> dict[str, str | None]:
-    """The item's text fields, each a string or null within its cap and free of NUL."""
-    texts: dict[str, str | None] = {}
-    for name, limit in (
-        ("step_type", caps.step_type_chars),
-        ("agent_id", caps.agent_id_chars),
-        ("chain_id", caps.chain_id_chars),
-        ("node_id", caps.node_id_chars),
-        ("parent_checkpoint_id", None),
-        ("created_at", 64),
-    ):
-        value = item.get(name)
-        if value is not None and not isinstance(value, str):
-            raise _Refusal(f"{name} must be a string or null", 422)
-        if value is not None and limit is not None and len(value) > limit:
-            raise _Refusal(
-                f"{name} is {len(value)} characters, over the {limit}-character limit", 422
-            )
-        texts[name] = value
-    for name in (*_TEXT_FIELDS, "step_type", "parent_checkpoint_id", "created_at"):
-        value = item.get(name)
-        if isinstance(value, str) and "\x00" in value:
-            raise _Refusal(f"{name} contains a NUL character, which the plane cannot store", 422)
-    return texts
-
-
-def _choice_field(item: dict[str, Any], name: str, default: str, choices: Any) -> str:
-    """A field that must be one of ``choices`` (``default`` when absent or empty)."""
-    value = item.get(name) or default
-    if not isinstance(value, str) or value not in choices:
-        raise _Refusal(
-            f"{name} {str(value)[:40]!r} is not one of {', '.join(sorted(choices))}", 422
-        )
-    return value
-
-
-def _integer_field(item: dict[str, Any], name: str) -> int | None:
-    """A 64-bit integer field, or null."""
-    number = item.get(name)
-    if number is not None and (
-        not isinstance(number, int) or isinstance(number, bool) or abs(number) >= 2**63
-    ):
-        raise _Refusal(f"{name} must be an integer or null", 422)
-    return number
-
-
-def _order_at(created_at: str | None) -> int | None:
-    """The plane's order of a row written at ``created_at``."""
-    try:
-        return order_micros(created_at, None)
-    except ConfigError:  # a time that overflows once converted to UTC
-        raise _Refusal(
-            f"created_at {created_at!r} is outside the times the plane can order "
-            "(it overflows in UTC); send an ISO 8601 time between years 1 and 9999 UTC",
-            422,
-        ) from None
 
 
 __all__ = ["Plane", "PlaneCaps", "create_app"]

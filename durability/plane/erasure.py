@@ -64,7 +64,7 @@ def _hash(secret: bytes, execution_id: str) -> str:
 
 def erase(storage: PlaneStorage, tenant: Tenant, execution_id: str) -> PlaneErasure:
     """Tombstone the execution, then delete its rows (idempotent: a second call removes none)."""
-    with storage._tx() as conn:
+    with storage._write_lock, storage._tx() as conn:
         if not storage.sqlite:
             conn.exec_driver_sql("LOCK TABLE plane_checkpoints IN SHARE ROW EXCLUSIVE MODE")
         secret = _secret(conn, storage, tenant.key, create=True)

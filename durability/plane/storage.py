@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -148,6 +149,10 @@ class PlaneStorage:
         else:
             self.engine = sa.create_engine(sa_url, pool_size=8, max_overflow=8, pool_pre_ping=True)
         migrate(self.engine)
+        #: Held by this process's writers of checkpoints on SQLite (one writer at a time there).
+        self._write_lock: AbstractContextManager[Any] = (
+            threading.Lock() if self.sqlite else nullcontext()
+        )
         self._mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
         quote = self.engine.dialect.identifier_preparer.quote
         columns = ("tenant", "ckey", "ekey", "idkey", *ROW_FIELDS, "order_at", "received_at")
@@ -264,7 +269,7 @@ class PlaneStorage:
     def upsert_agent(self, tenant: Tenant, name: str, definition: dict[str, Any]) -> dict[str, Any]:
         """Register (or update, by name within the tenant) an agent; returns its plane record."""
         akey = key_hash(tenant.key, name)
-        with self._tx() as conn:
+        with self._write_lock, self._tx() as conn:
             current = conn.execute(
                 sa.select(agents).where(agents.c.akey == akey, agents.c.tenant == tenant.key)
             ).first()
@@ -293,8 +298,10 @@ class PlaneStorage:
         ``agent_id`` resolved since, say). With ``unique_ids`` a checkpoint id another execution
         (or namespace) holds is refused, in the batch or across batches.
 
-        Both statements are driver SQL with parameter tuples: for a batch of 500 rows
-        SQLAlchemy's per-parameter processing cost more than SQLite's own insert.
+        One driver-SQL ``INSERT … ON CONFLICT (ckey) DO NOTHING`` with parameter tuples (for a
+        batch of 500 rows SQLAlchemy's per-parameter processing cost more than SQLite's own
+        insert); what it stored is its row count, so a re-send needs no look-up first. On
+        SQLite, writers of this process take turns on a lock (not the busy handler's sleeps).
         """
         if not rows:
             return 0, []
@@ -304,37 +311,49 @@ class PlaneStorage:
             key = checkpoint_key(tenant_key, row.execution_id, row.namespace, row.checkpoint_id)
             by_key.setdefault(key, row)
         conflicts: list[Conflict] = []
-        with self._tx() as conn:
-            stored = self._existing(conn, "ckey", "ckey", list(by_key))
-            fresh = {k: r for k, r in by_key.items() if k not in stored}
+        with self._write_lock, self._tx() as conn:
+            fresh = by_key
             if unique_ids:
+                stored = self._existing(conn, "ckey", "ckey", list(by_key))
+                fresh = {k: r for k, r in by_key.items() if k not in stored}
                 fresh = self._unique_ids(conn, tenant_key, fresh, conflicts)
-            received = _now()
-            values = []
-            for ckey, row in fresh.items():
-                order_at = row.values["order_at"]
-                values.append(
-                    (
-                        tenant_key,
-                        ckey,
-                        execution_key(tenant_key, row.execution_id),
-                        id_key(tenant_key, row.checkpoint_id),
-                        *[row.values[name] for name in ROW_FIELDS],
-                        received if order_at is None else order_at,
-                        received,
-                    )
+            if not fresh:
+                return 0, conflicts
+            inserted = conn.exec_driver_sql(
+                self._insert_checkpoints, self._values(tenant_key, fresh)
+            ).rowcount
+            # An erase that committed while this insert waited for its lock: its rows go.
+            late = erasure.erased_among(
+                conn, self, tenant, {r.execution_id for r in fresh.values()}
+            )
+            if late:
+                erasure.drop_erased(conn, tenant, late)
+        return inserted, conflicts
+
+    def _values(self, tenant_key: str, fresh: dict[str, Row]) -> list[tuple[Any, ...]]:
+        """The insert's parameter tuples (an execution's key hashed once per batch)."""
+        received = _now()
+        execution_keys: dict[str, str] = {}
+        values = []
+        for ckey, row in fresh.items():
+            ekey = execution_keys.get(row.execution_id)
+            if ekey is None:
+                ekey = execution_keys[row.execution_id] = execution_key(
+                    tenant_key, row.execution_id
                 )
-            if values:
-                # Keys absent at the SELECT above; a concurrent plane inserting the same row
-                # meanwhile is absorbed by ON CONFLICT (and counted here, which is harmless).
-                conn.exec_driver_sql(self._insert_checkpoints, values)
-                # An erase that committed while this insert waited for its lock: its rows go.
-                late = erasure.erased_among(
-                    conn, self, tenant, {r.execution_id for r in fresh.values()}
+            order_at = row.values["order_at"]
+            values.append(
+                (
+                    tenant_key,
+                    ckey,
+                    ekey,
+                    id_key(tenant_key, row.checkpoint_id),
+                    *[row.values[name] for name in ROW_FIELDS],
+                    received if order_at is None else order_at,
+                    received,
                 )
-                if late:
-                    erasure.drop_erased(conn, tenant, late)
-        return len(values), conflicts
+            )
+        return values
 
     def erased(self, tenant: Tenant, execution_ids: Iterable[str]) -> set[str]:
         """The execution ids among these that the tenant erased."""

@@ -42,6 +42,8 @@ logger = logging.getLogger("durability.replication")
 #: Default batch caps: rows per ingest request, and the stored bytes of those rows.
 BATCH_ROWS = 500
 BATCH_BYTES = 4 * 1024 * 1024
+#: Ingest requests one drain pass keeps in flight at most (decision 0155).
+IN_FLIGHT = 2
 #: Seconds between two heartbeats a drain writes into its connection record (one small write).
 HEARTBEAT_EVERY = 15.0
 
@@ -66,6 +68,8 @@ class Connection:
         limits: Caps to check before sending; default: what the plane announces at connect.
         batch_rows: Rows in one ingest request, at most (default 500).
         batch_bytes: Bytes of one ingest request, at most (default 4 MiB).
+        in_flight: Ingest requests a pass keeps in flight at once (default 2; 1 sends one
+            batch at a time). Batches in flight never share a thread.
         background: ``False``: no drain thread; call :meth:`drain` or
             :func:`~durability.replication.outbox.drain_once` yourself.
         backoff: The retry delays of the drain thread.
@@ -84,13 +88,15 @@ class Connection:
         limits: PlaneLimits | None = None,
         batch_rows: int = BATCH_ROWS,
         batch_bytes: int = BATCH_BYTES,
+        in_flight: int = IN_FLIGHT,
         background: bool = True,
         backoff: Backoff | None = None,
         timeout: float = 10.0,
     ) -> None:
-        if batch_rows < 1 or batch_bytes < 1:
+        if batch_rows < 1 or batch_bytes < 1 or in_flight < 1:
             raise ReplicationError(
-                f"cannot connect: batch_rows={batch_rows} and batch_bytes={batch_bytes} must be positive",
+                f"cannot connect: batch_rows={batch_rows}, batch_bytes={batch_bytes} and "
+                f"in_flight={in_flight} must be positive integers",
                 retryable=False,
             )
         self.store = store
@@ -102,6 +108,7 @@ class Connection:
         self._limits_given = limits is not None
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
+        self.in_flight = in_flight
         self.background = background
         self.backoff = backoff
         self.replicating = supports_outbox(store)
@@ -454,7 +461,7 @@ def connect(
     """Connect ``store``'s project ``project_id`` to the plane at ``target`` and start draining.
 
     ``options`` are :class:`Connection`'s (``http``, ``encoder``, ``limits``, ``batch_rows``,
-    ``batch_bytes``, ``background``, ``backoff``, ``timeout``).
+    ``batch_bytes``, ``in_flight``, ``background``, ``backoff``, ``timeout``).
 
     Connecting is idempotent: when this process already has an open connection of that store's
     database and project to the same plane with the same key (a notebook run twice, say), that

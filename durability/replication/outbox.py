@@ -17,9 +17,9 @@ Before anything is sent, a row over a cap the plane announced (its state over 1 
 too, so no row can stall the outbox. A run end quarantined either way is followed by a
 state-stripped copy of itself (same checkpoint id, empty payloads), so the plane still learns
 that the run finished; the original is marked quarantined only once that copy has landed.
-Every request records an attempt (and its error) on the rows it carried. POSTs go out on a
-sender thread, one at a time, while the pass fetches and maps the next batch and marks the last
-(:meth:`_Pass.run`).
+Every request records an attempt (and its error) on the rows it carried. POSTs go out on sender
+threads, up to ``in_flight`` at once (2 by default), never two carrying one thread, while the
+pass fetches and maps the next batch and marks the last (:meth:`_Pass.run`, decision 0155).
 
 :class:`DrainWorker` is the loop: it waits on an event (set by a write, by connect and by
 disconnect), runs a pass, and while rows stay buffered retries on a capped exponential backoff.
@@ -30,6 +30,7 @@ the pass itself fetches again after every batch, so the write is usually sent by
 from __future__ import annotations
 
 import logging
+from collections import deque
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -156,20 +157,25 @@ class _Outcome:
 
 @dataclass(slots=True)
 class _Batch:
-    """One fetched batch: the entries to send and what mapping it already decided."""
+    """One fetched batch: the entries to send and what mapping it already decided; ``keys``
+    empty: every row fetched belongs to a thread a batch in flight carries (wait for it)."""
 
     keys: set[RowKey]
     entries: list[_Entry]
     out: _Outcome
 
+    @property
+    def threads(self) -> set[str]:
+        return {thread_id for thread_id, _ in self.keys}
+
 
 class _Pass:
     """One drain pass over one connection (the state of its batches and bisections).
 
-    POSTs go out on ``sender``, a one-thread executor, so the pass can fetch and map the next
-    batch, and mark the last one, while the plane ingests: the client's and the plane's work
-    overlap instead of adding up. One request is in flight at a time, so batches still reach
-    the plane oldest first.
+    POSTs go out on ``sender``, an executor of ``conn.in_flight`` threads, so the pass can
+    fetch and map the next batch, and mark the last one, while the plane ingests one or more:
+    the client's and the plane's work overlap instead of adding up. Batches in flight never
+    carry rows of one thread, so each thread's rows reach the plane oldest first.
     """
 
     def __init__(self, conn: Connection, sender: Executor) -> None:
@@ -316,18 +322,25 @@ class _Pass:
 
     # ------------------------------------------------------------------ batches
 
-    def fetch(self, in_flight: set[RowKey]) -> _Batch | None:
-        """The next batch of the connection's oldest unsynced rows, mapped to the wire, skipping
-        the rows of the batch in flight; ``None`` when there is nothing (new) to send."""
+    def fetch(self, flight: list[_Batch]) -> _Batch | None:
+        """The next batch of the connection's oldest unsynced rows, mapped to the wire, past
+        the rows of the batches in flight and without any row of a thread they carry (a
+        thread's rows reach the plane in write order); ``None`` when there is nothing (new) to
+        send, an empty batch when every row fetched waits for a thread in flight."""
         conn = self.conn
         rows = conn.store.fetch_unsynced_encoded(
             limit=conn.batch_rows,
             max_bytes=conn.batch_bytes,
             project_id=conn.project_id,
-            exclude=in_flight,
+            exclude=set().union(*(b.keys for b in flight)),
         )
         if not rows:
             return None
+        busy = set().union(*(b.threads for b in flight))
+        if busy:
+            rows = [r for r in rows if r.thread_id not in busy]
+            if not rows:
+                return _Batch(set(), [], _Outcome())
         batch = self.prepare(rows)
         if batch.keys <= self.seen:
             logger.error(
@@ -403,32 +416,38 @@ class _Pass:
     def run(self) -> None:
         """Send batches until none are left or the plane stops taking them.
 
-        While batch i is in flight the next one is fetched (past i's rows) and mapped; once i
-        is answered, batch i+1 is sent at once and i's rows are marked meanwhile. A row is
-        marked synced only after the 2xx that carried it, so a crash between the two at worst
-        sends it again, which the plane's idempotent ingest absorbs.
+        Up to ``conn.in_flight`` POSTs are out at once (decision 0155), and the next batch is
+        fetched and mapped meanwhile. Batches in flight never share a thread, so each thread's
+        rows still reach the plane in write order. Answers are settled oldest batch first; a
+        row is marked synced only after the 2xx that carried it, so a crash in between at
+        worst sends it again, which the plane's idempotent ingest absorbs. After an answer
+        that stops the pass, the batches already out are still settled, and nothing more is
+        sent.
         """
         if not self.identified():
             return
-        batch = self.fetch(set())
-        sent = self.start(batch.entries) if batch is not None and batch.entries else None
-        while batch is not None:
-            following = self.fetch(batch.keys)
+        flight: deque[tuple[_Batch, Future[IngestAnswer] | None]] = deque()
+        ready: _Batch | None = None
+        more = complete = True
+        while True:
+            if complete and more and ready is None:
+                ready = self.fetch([b for b, _ in flight])
+                more = ready is not None
+            if ready is not None and not ready.keys and flight:
+                ready = None  # its rows wait for a thread in flight: fetch again after it
+            if complete and ready is not None and len(flight) < self.conn.in_flight:
+                sent = self.start(ready.entries) if ready.entries else None
+                flight.append((ready, sent))
+                ready = None
+                continue
+            if not flight:
+                return
+            batch, sent = flight.popleft()
             answer = self.finish(batch.entries, sent) if sent is not None else None
-            complete = self.settle(batch, answer)
-            if complete and following is None:
-                # A write during the POST may have come after that fetch: look again once
-                # this batch is marked, so the pass sends it (no lost wakeup).
-                self.apply(batch.out)
-                batch.out = _Outcome()
-                following = self.fetch(set())
-            sent = None
-            if complete and following is not None and following.entries:
-                sent = self.start(following.entries)
+            complete = self.settle(batch, answer) and complete
             self.apply(batch.out)
-            if not complete:
-                break
-            batch = following
+            # Look again once a batch is marked: a write during its POST is sent by this pass.
+            more = True
 
     def identified(self) -> bool:
         """Learn the plane's identity first (how it keys rows decides the ids sent); when it
@@ -510,7 +529,7 @@ def drain_once(conn: Connection) -> DrainReport:
         conn.beat()
         # Erasures first: a queued erase request of a thread goes before any later rows.
         erasures = send_erase_requests(conn.store, conn.client, conn.project_id)
-        with ThreadPoolExecutor(1, thread_name_prefix="durability-post") as sender:
+        with ThreadPoolExecutor(conn.in_flight, thread_name_prefix="durability-post") as sender:
             one = _Pass(conn, sender)
             one.run()
         report = one.report

@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from durability.clock import to_micros
 from durability.errors import CapabilityError, InvalidIdError
 from durability.stores.capability import Capability
 from durability.stores.rows import CheckpointAddress
@@ -56,6 +57,9 @@ MISSING_ANSWER = (
 PENDING_WHY = "pending: not sent to the plane yet"
 #: The columns of :meth:`Aggregates.outbox_groups`.
 OUTBOX_ANSWER = ("state", "rows", "size_bytes", "attempts")
+#: The columns of :meth:`Aggregates.pending_spans`: the grid indexes a group's spans start and
+#: end at (``ends`` ``None``: still pending), how many, and their oldest write time (microseconds).
+PENDING_ANSWER = ("starts", "ends", "spans", "oldest_created")
 
 
 class Aggregates(Capability):
@@ -129,6 +133,59 @@ class Aggregates(Capability):
             raise self.store.missing("outbox", "count the outbox by state")
         self.store.ready()
         return self._outbox_groups()
+
+    def pending_spans(self, step: int, origin: int = 0) -> Table:
+        """Every time a row was pending that covers an instant of a time grid, grouped by the
+        instants it covers: what a backlog chart needs of an outbox of any size
+        (:data:`PENDING_ANSWER`).
+
+        A span runs from the row's write (or its release, ``pending_since``) until the plane
+        took or refused it; a released row's time pending before its quarantine comes from
+        :meth:`~durability.stores.outbox.Outbox.history`. The grid's instants are ``origin +
+        k * step`` (microseconds); a span counts under ``starts``, the first ``k`` whose
+        instant is at or after its start, and ``ends``, the first at or after its end, so it
+        covers the instants ``starts`` to ``ends - 1``; a span covering none is left out, as
+        is a row synced with no recorded time (when it stopped is unknown). The answer's size
+        follows the distinct ``(starts, ends)`` pairs — at most the square of the instants the
+        outbox spans — never the number of rows: SQL answers with one ``GROUP BY`` of the
+        crossing spans, the default reads the outbox in chunks.
+
+        Raises :class:`~durability.errors.CapabilityError` when the store keeps no outbox.
+        """
+        if step < 1:
+            raise InvalidIdError(f"cannot group the pending spans: step={step} must be positive")
+        self._check_outbox("group the pending spans")
+        groups = self._pending_spans(step, origin)
+        for past in self.store.outbox.history():  # type: ignore[union-attr]
+            start, end = to_micros(past.pending_from), to_micros(past.pending_until)
+            key = (_grid_index(start, step, origin), _grid_index(end, step, origin))
+            if key[1] > key[0]:
+                _add_span(groups, key, 1, to_micros(past.created_at))
+        keys = sorted(groups, key=lambda k: (k[0], k[1] is None, k[1] or 0))
+        return {
+            "starts": [k[0] for k in keys],
+            "ends": [k[1] for k in keys],
+            "spans": [groups[k][0] for k in keys],
+            "oldest_created": [groups[k][1] for k in keys],
+        }
+
+    def oldest_write(self) -> int | None:
+        """The oldest checkpoint's write time, or the start of the oldest time a released row
+        was pending (:meth:`~durability.stores.outbox.Outbox.history`) if older (microseconds);
+        ``None`` for a store holding neither: where a backlog chart starts by default."""
+        self.store.ready()
+        found = self._oldest_write()
+        past = (
+            [to_micros(p.pending_from) for p in self.store.outbox.history()]
+            if self.store.outbox is not None
+            else []
+        )
+        return min([*past, *([] if found is None else [found])], default=None)
+
+    def _check_outbox(self, action: str) -> None:
+        if self.store.outbox is None:
+            raise self.store.missing("outbox", action)
+        self.store.ready()
 
     # ------------------------------------------------------------------ defaults: in chunks
 
@@ -227,6 +284,38 @@ class Aggregates(Capability):
             "why": [first[t][1] for t in ordered],
         }
 
+    def _spans(self) -> Iterator[tuple[int, int | None, int]]:
+        """Each row's span: start, end (``None``: still pending) and write time."""
+        names = ("created_at", "pending_since", "synced_at", "synced")
+        try:
+            chunks = self.store.outbox_columns()
+        except CapabilityError:  # a store whose outbox cannot be listed row by row
+            return
+        for chunk in chunks:
+            for created, since, left, synced in _rows(chunk, names):
+                if not (synced and left is None):
+                    start = int(created if since is None else since)
+                    yield start, None if left is None else int(left), int(created)
+
+    def _pending_spans(self, step: int, origin: int) -> dict[tuple[int, int | None], list[int]]:
+        groups: dict[tuple[int, int | None], list[int]] = {}
+        for start, end, created in self._spans():
+            first = _grid_index(start, step, origin)
+            stop = None if end is None else _grid_index(end, step, origin)
+            if stop is None or stop > first:
+                _add_span(groups, (first, stop), 1, created)
+        return groups
+
+    def _oldest_write(self) -> int | None:
+        return min(
+            (
+                int(at)
+                for chunk in self.store.checkpoint_columns(columns=("created_at",))
+                for at in chunk["created_at"]
+            ),
+            default=None,
+        )
+
     def _owners(self, thread_ids: set[str]) -> dict[str, Any]:
         return {
             thread_id: owner
@@ -261,6 +350,25 @@ def outbox_table(sums: dict[str, list[int]]) -> Table:
         "size_bytes": [sums[s][1] for s in states],
         "attempts": [sums[s][2] for s in states],
     }
+
+
+def _grid_index(at: int, step: int, origin: int) -> int:
+    """The first ``k`` with ``origin + k * step >= at`` (a ceiling division)."""
+    return -((origin - at) // step)
+
+
+def _add_span(
+    groups: dict[tuple[int, int | None], list[int]],
+    key: tuple[int, int | None],
+    spans: int,
+    created: int,
+) -> None:
+    entry = groups.get(key)
+    if entry is None:
+        groups[key] = [spans, created]
+    else:
+        entry[0] += spans
+        entry[1] = min(entry[1], created)
 
 
 def _rows(chunk: dict[str, Any], names: Sequence[str]) -> Iterator[tuple[Any, ...]]:

@@ -50,12 +50,13 @@ from durability.settings import Settings
 from durability.stores.bulk import BulkLoad
 from durability.stores.delegate import DelegatingAliases
 from durability.stores.erasure import ErasureReceipt, apply_erasure, plan_erasure
-from durability.stores.ids import check_id, check_thread
+from durability.stores.ids import check_id, check_texts, check_thread
 from durability.stores.ledger import Ledger
 from durability.stores.listeners import WriteListeners
 from durability.stores.outbox import Outbox
 from durability.stores.parks import Parks
 from durability.stores.rows import (
+    TEXT_FIELDS,
     CheckpointAddress,
     CheckpointKey,
     CheckpointRow,
@@ -79,6 +80,8 @@ from durability.stores.tombstones import Tombstones
 
 #: The store format generation this version writes (see :meth:`Store.ready`).
 FORMAT_GENERATION = 1
+#: What a put checks besides the thread's address (:func:`check_thread`).
+_CHECKED_TEXTS = tuple(f for f in TEXT_FIELDS if f not in ("thread_id", "namespace"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +253,7 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     def prepare(self, cp: Checkpoint, *, action: str) -> EncodedCheckpoint:
         """``cp`` checked and encoded as the store will keep it, its id and time filled in."""
         check_thread(cp.thread_id, cp.namespace, action)
-        for what in ("checkpoint_id", "run_id", "project_id"):
-            check_id(getattr(cp, what), what, action=action, allow_empty=True)
-        if cp.parent_checkpoint_id is not None:
-            check_id(
-                cp.parent_checkpoint_id, "parent_checkpoint_id", action=action, allow_empty=True
-            )
+        check_texts([(what, getattr(cp, what)) for what in _CHECKED_TEXTS], action=action)
         row = EncodedCheckpoint.encode(
             cp,
             checkpoint_id=cp.checkpoint_id or str(uuid.uuid4()),
@@ -356,7 +354,7 @@ class Store(DelegatingAliases, WriteListeners, ABC):
         action = "change a checkpoint's status"
         check_thread(thread_id, namespace, action)
         check_id(checkpoint_id, "checkpoint_id", action=action)
-        check_id(status, "status", action=action)
+        check_texts([("status", status), ("interrupt_reason", interrupt_reason)], action=action)
         context = codec.dumps(
             {} if interrupt_context is None else interrupt_context, path="interrupt_context"
         )

@@ -55,6 +55,10 @@ NULLABLE_FIELDS = frozenset(
 )
 #: The integer fields (``created_at`` is a time, kept as microseconds since the epoch).
 INTEGER_FIELDS = frozenset({"step", "iteration", "size_bytes"})
+#: The scalar fields kept as text; a put refuses NUL and lone surrogates in each (decision 0139).
+TEXT_FIELDS = tuple(
+    f for f in (*ID_FIELDS, *SCALAR_FIELDS) if f not in INTEGER_FIELDS and f != "created_at"
+)
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from durability.stores.ids import check_id, check_ids, check_thread
 from durability.stores.outbox import EntryQuery, RowKey
 from durability.stores.rows import CheckpointAddress, CheckpointRow, EncodedCheckpoint, Select
 from durability.stores.sweep_lock import MemorySweepLock, SweepLock
+from durability.stores.write_history import WriteHistory
 
 #: A chunk of an analysis read: column name -> that column's values, a numpy object array.
 Columns = dict[str, Any]
@@ -85,7 +86,7 @@ OUTBOX_COLUMNS = (
 )
 
 
-class Scans(Aggregates):
+class Scans(WriteHistory, Aggregates):
     """Whole-store reads for the frames and the sweep, built on the core contract."""
 
     # ------------------------------------------------------------------ analysis reads

@@ -34,6 +34,8 @@ from durability.stores.base import Store
 if TYPE_CHECKING:
     import pandas as pd
 
+    from durability.sweep.plan import SweepPlan
+
 #: A checkpoint thinning considers: (namespace, checkpoint_id, created_at, size_bytes, why kept
 #: regardless or "", delta flag), in write order within its thread.
 Point = tuple[str, str, datetime | None, int, str, bool]
@@ -168,26 +170,55 @@ def thin_vs_delete(
     keep_latest: int = 1,
     settings: Settings | None = None,
     now: datetime | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    plan: SweepPlan | None = None,
 ) -> pd.DataFrame:
     """Per thread: the bytes a sweep would free by deleting it (when due) beside what thinning
-    to the latest ``keep_latest`` checkpoints frees (for the planner's chart)."""
+    to the latest ``keep_latest`` checkpoints frees (for the planner's chart).
+
+    ``sample=N`` plans thinning for about ``N`` threads picked at random (``seed`` fixes the
+    pick) instead of every thread, each read by its id, and returns their rows only: what a
+    store of millions of threads can afford. Either way ``attrs`` hold the whole store's
+    figures the sweep plan counts exactly: ``threads``, ``due_threads`` and ``delete_frees``
+    (bytes), and ``sample`` (the threads planned, ``None`` for all). ``plan`` is the sweep plan
+    to use (default: :func:`plan_sweep` with ``settings`` at ``now``).
+    """
+    import numpy as np
     import pandas as pd
 
     from durability.sweep.plan import plan_sweep
 
-    sweep_plan = plan_sweep(store, settings, now).to_frame()
-    thinning = plan_thin(store, keep_latest=keep_latest).to_frame()
-    frame = sweep_plan[["thread_id", "action", "size_bytes"]].merge(
-        thinning[["thread_id", "action", "dropped_bytes"]],
-        on="thread_id",
-        how="left",
-        suffixes=("_sweep", "_thin"),
+    sweep_plan = plan if plan is not None else plan_sweep(store, settings, now)
+    c = sweep_plan._columns
+    going = c["action"] == "delete"
+    picked: Any = np.arange(len(c["thread_id"]))
+    if sample is not None:
+        if sample < 1:
+            raise ConfigError(f"cannot sample threads to thin: sample={sample} must be at least 1")
+        if sample < len(picked):
+            picked = np.sort(np.random.default_rng(seed).choice(picked, sample, replace=False))
+    ids = c["thread_id"][picked].tolist()
+    chosen = None if sample is None else ids
+    thinning = plan_thin(store, keep_latest=keep_latest, threads=chosen)
+    dropped = {r.thread_id: r.dropped_bytes for r in thinning.rows}
+    sizes = c["size_bytes"][picked]
+    frame = pd.DataFrame(
+        {
+            "thread_id": pd.array(ids, dtype="string"),
+            "action_sweep": pd.array(c["action"][picked].tolist(), dtype="string"),
+            "size_bytes": sizes.astype("int64"),
+            "delete_frees": np.where(going[picked], sizes, 0).astype("int64"),
+            "thin_frees": np.array([dropped.get(t, 0) for t in ids], dtype="int64"),
+        }
     )
-    frame["delete_frees"] = frame["size_bytes"].where(frame["action_sweep"] == "delete", 0)
-    frame["thin_frees"] = frame["dropped_bytes"].fillna(0).astype("int64")
-    return pd.DataFrame(
-        frame[["thread_id", "action_sweep", "size_bytes", "delete_frees", "thin_frees"]]
+    frame.attrs.update(
+        threads=len(going),
+        due_threads=int(going.sum()),
+        delete_frees=int(c["size_bytes"][going].sum()),
+        sample=None if sample is None else len(ids),
     )
+    return frame
 
 
 # ---------------------------------------------------------------------------- rules
@@ -283,7 +314,7 @@ def _durability_points(store: Store, chosen: set[str] | None) -> Iterable[tuple[
         "size_bytes",
     )
     found: dict[str, list[tuple[Any, ...]]] = {}
-    for chunk in store.checkpoint_columns(columns=columns):
+    for chunk in _chunks(store, chosen, columns):
         for row in zip(*(chunk[c].tolist() for c in columns), strict=True):
             if chosen is None or row[0] in chosen:
                 found.setdefault(row[0], []).append(row)
@@ -301,6 +332,22 @@ def _durability_points(store: Store, chosen: set[str] | None) -> Iterable[tuple[
             when = from_micros(created) if created is not None else None
             points.append((ns, cid, when, int(size or 0), why, False))
         yield thread_id, points
+
+
+def _chunks(store: Store, chosen: set[str] | None, columns: Sequence[str]) -> Iterable[Any]:
+    """The checkpoint columns thinning reads: every thread's in one scan, or, for a few chosen
+    threads (a sample), each one's by its id."""
+    if chosen is None or len(chosen) > _BY_ID:
+        return store.checkpoint_columns(columns=columns)
+    return (
+        chunk
+        for thread_id in sorted(chosen)
+        for chunk in store.checkpoint_columns(thread_id, columns=columns)
+    )
+
+
+#: Up to this many chosen threads are read one by one (by id) instead of in one scan.
+_BY_ID = 10_000
 
 
 def _delete(store: Store, part: list[tuple[str, list[tuple[str, str]]]]) -> dict[str, Any]:

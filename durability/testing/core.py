@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from durability.errors import (
@@ -178,6 +179,31 @@ def check_hostile_ids(target: StoreTarget) -> None:
             "text": "a\x00b",
             "key\x00": 1,
         }
+
+
+@check
+def check_text_fields_every_store_can_hold(target: StoreTarget) -> None:
+    """A NUL or a lone surrogate in a checkpoint's runner, node, status or interrupt reason is
+    refused at put on every store, naming the field, and the thread is left as it was."""
+    with target.open() as store:
+        store.put(Checkpoint(thread_id="t-labels", node_id="first"))
+        for field in ("node_id", "runner", "status", "agent_path", "interrupt_reason"):
+            for bad, says in (("a\x00b", "NUL"), ("a\ud800b", "lone surrogate")):
+                hostile = Checkpoint(thread_id="t-labels", **{field: bad})  # type: ignore[arg-type]
+                err = raises(InvalidIdError, partial(store.put, hostile), contains=says)
+                assert field in str(err)
+                assert "cannot put a checkpoint" in str(err)
+        assert [c.node_id for c in store.history("t-labels")] == ["first"]
+        latest = store.latest("t-labels")
+        assert latest is not None
+        raises(
+            InvalidIdError,
+            lambda: store.set_status(
+                "t-labels", latest.checkpoint_id, status="interrupted", interrupt_reason="why\x00"
+            ),
+            contains="interrupt_reason",
+        )
+        assert store.latest("t-labels") == latest
 
 
 @check

@@ -320,12 +320,17 @@ class OutboxMonitor:
     and whether a drain is running to send them, and ``.confirm_button`` releases (``.cancel_button``
     does not). Attributes: ``backlog_frame`` (``frames.backlog``), ``figure``
     (``plots.backlog``), ``quarantined_frame`` (the first :data:`QUARANTINED_SHOWN` quarantined
-    rows, ``frames.outbox_rows``: never the whole outbox).
+    rows, ``frames.outbox_rows``: never the whole outbox). ``backlog``: a ``frames.backlog``
+    frame of this store at ``freq`` read just before, shown first instead of reading it again
+    (**Refresh** and a release read it anew).
     """
 
-    def __init__(self, store: Store, *, freq: str = "1h") -> None:
+    def __init__(
+        self, store: Store, *, freq: str = "1h", backlog: pd.DataFrame | None = None
+    ) -> None:
         self.store = store
         self.freq = freq
+        self._read_backlog = backlog
         self.chart = w.Output()
         self.chart.add_class("durability-outbox-chart")
         self.quarantined = w.Output()
@@ -364,7 +369,8 @@ class OutboxMonitor:
 
     def refresh(self) -> None:
         """Read the backlog and the outbox again."""
-        self.backlog_frame = frames.backlog(self.store, self.freq)
+        given, self._read_backlog = self._read_backlog, None
+        self.backlog_frame = frames.backlog(self.store, self.freq) if given is None else given
         self.figure = plots.backlog(self.backlog_frame)
         self.quarantined_frame = frames.outbox_rows(
             self.store, "quarantined", limit=QUARANTINED_SHOWN

@@ -186,3 +186,49 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         rows = self._answer("count the outbox by state", query)
         sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
         return outbox_table(sums)
+
+    def _spans_sql(self) -> str:
+        """Each row's span (``b`` start, ``l`` end, ``created``): its outbox row or synced record
+        by key for each checkpoint of the per-thread index (no table read); rows synced with no
+        recorded time left out."""
+        _, box, done = tables_of(self.store)
+        began = (
+            "COALESCE(CASE WHEN o.seq IS NULL THEN s.pending_since ELSE o.pending_since END, "
+            "c.created_at)"
+        )
+        return f"""
+  SELECT {began} AS b, COALESCE(o.synced_at, s.synced_at) AS l, c.created_at AS created
+  FROM {self._by_thread("c")} LEFT JOIN {box} o ON o.seq = c.seq
+  LEFT JOIN {done} s ON s.seq = c.seq
+  WHERE (o.seq IS NOT NULL AND o.sync_error IS NULL) OR o.synced_at IS NOT NULL
+     OR s.synced_at IS NOT NULL"""  # noqa: S608 - quoted identifiers only
+
+    @reconnecting
+    def _pending_spans(self, step: int, origin: int) -> dict[tuple[int, int | None], list[int]]:
+        # Grouped after the spans covering no instant are dropped: the database sorts only the
+        # spans that cross an instant (a few per instant), not every row.
+        mark = self.store.db.mark
+
+        def index(at: str) -> str:  # the ceiling of (at - origin) / step, for either sign
+            return (
+                f"CASE WHEN {at} - {mark} > 0 THEN ({at} - {mark} + {mark} - 1) / {mark} "
+                f"ELSE -(({mark} - {at}) / {mark}) END"
+            )
+
+        query = f"""
+SELECT starts, ends, COUNT(*), MIN(created) FROM (
+  SELECT {index("x.b")} AS starts, {index("x.l")} AS ends, x.created FROM ({self._spans_sql()}) x
+) y
+WHERE ends IS NULL OR ends > starts
+GROUP BY starts, ends"""  # noqa: S608 - quoted identifiers only, every value bound
+        params = (origin, origin, step, step, origin, step) * 2
+        return {
+            (int(r[0]), None if r[1] is None else int(r[1])): [int(r[2]), int(r[3])]
+            for r in self._answer("group the pending spans", query, params)
+        }
+
+    @reconnecting
+    def _oldest_write(self) -> int | None:
+        query = f"SELECT MIN(created_at) FROM {self._by_thread()}"  # noqa: S608
+        (found,) = self._answer("find the oldest write", query)[0]
+        return None if found is None else int(found)

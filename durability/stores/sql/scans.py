@@ -40,6 +40,7 @@ from durability.stores.sql.schema import (
     writes,
 )
 from durability.stores.sql.sweep_lock import SQLSweepLock
+from durability.stores.sql.write_history import SQLWriteHistory
 from durability.stores.sweep_lock import SweepLock
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ _LEDGER_FIELDS = (
 _Rows = dict[Any, Sequence[Any]]
 
 
-class SQLScans(SQLAggregates, Scans):
+class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
     """Analysis and sweep reads in a few set-based statements."""
 
     store: SQLStore
