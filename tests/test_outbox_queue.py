@@ -90,3 +90,13 @@ def test_a_reset_keeps_the_mark_so_new_rows_are_queued(store: SQLStore) -> None:
     store.reset()
     seq = put(store, "b")
     assert [(e.seq, e.state) for e in store.outbox.entries()] == [(seq, "pending")]
+
+
+def test_the_backlog_counts_rows_not_yet_queued(store: SQLStore) -> None:
+    """The pending spans (the backlog chart) include rows put since the outbox was last read."""
+    put(store, "a")
+    put(store, "b")
+    assert outbox_rows(store) == []
+    answer = store.scans.pending_spans(1, 0)
+    assert sum(answer["spans"]) == 2
+    assert set(answer["ends"]) == {None}, "both still pending"

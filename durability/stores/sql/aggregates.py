@@ -192,6 +192,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         by key for each checkpoint of the per-thread index (no table read); rows synced with no
         recorded time left out."""
         _, box, done = tables_of(self.store)
+        queued = through(self.store)  # a row above the mark has no outbox row yet: pending
         began = (
             "COALESCE(CASE WHEN o.seq IS NULL THEN s.pending_since ELSE o.pending_since END, "
             "c.created_at)"
@@ -201,12 +202,13 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
   FROM {self._by_thread("c")} LEFT JOIN {box} o ON o.seq = c.seq
   LEFT JOIN {done} s ON s.seq = c.seq
   WHERE (o.seq IS NOT NULL AND o.sync_error IS NULL) OR o.synced_at IS NOT NULL
-     OR s.synced_at IS NOT NULL"""  # noqa: S608 - quoted identifiers only
+     OR s.synced_at IS NOT NULL OR (o.seq IS NULL AND c.seq > {queued})"""  # noqa: S608 - quoted identifiers only
 
     @reconnecting
     def _pending_spans(self, step: int, origin: int) -> dict[tuple[int, int | None], list[int]]:
         # Grouped after the spans covering no instant are dropped: the database sorts only the
         # spans that cross an instant (a few per instant), not every row.
+        catch_up(self.store)
         mark = self.store.db.mark
 
         def index(at: str) -> str:  # the ceiling of (at - origin) / step, for either sign
