@@ -340,19 +340,22 @@ live-thread filter claimed it: `owner` says which, `reason` why), **not_due** (i
 in the future), or **skipped** (the store enforces that horizon itself, e.g. Redis key TTLs).
 """),
     code("""
+SHOWN = 1000  # rows a table below shows at most; the counts above it are of every thread
 plan = sweep.plan_sweep(store, settings, at)
-retention = plan.to_frame()
-actions = retention.action.value_counts()
-print(f"the next sweep deletes {actions.get('delete', 0)} of {len(retention)} threads and spares {actions.get('spared', 0)}")
-retention.groupby(["horizon", "action"]).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), bytes=("size_bytes", "sum"))
+groups = plan.groups()  # threads, checkpoints and bytes per horizon and action, of the whole plan
+actions = groups.groupby(level="action")["threads"].sum()
+print(f"the next sweep deletes {actions.get('delete', 0)} of {plan.summary()['threads']} threads and spares {actions.get('spared', 0)}")
+groups
 """),
     code("""
-# The threads the next sweep deletes, with the reason.
-retention[retention.action == "delete"][["thread_id", "horizon", "reason", "due_at", "newest_at", "checkpoints", "size_bytes"]]
+# The threads the next sweep deletes, with the reason (the first SHOWN of them, in the order it deletes them).
+going = plan.to_frame(action="delete", limit=SHOWN)
+tables.show(going[["thread_id", "horizon", "reason", "due_at", "newest_at", "checkpoints", "size_bytes"]], f"the first {len(going):,} of the {actions.get('delete', 0):,} threads the next sweep deletes")
 """),
     code("""
 # The threads a filter spares: deleted by a later sweep, once they are no longer live.
-retention[retention.action == "spared"][["thread_id", "horizon", "owner", "reason", "due_at"]]
+spared = plan.to_frame(action="spared", limit=SHOWN)
+tables.show(spared[["thread_id", "horizon", "owner", "reason", "due_at"]], f"the first {len(spared):,} of the {actions.get('spared', 0):,} threads a filter spares")
 """),
     md("""
 ## Threads and bytes kept against the waiting value
@@ -365,7 +368,7 @@ colours in every chart of the bundle).
 proposed = settings.update(waiting_retention=proposed_waiting, finished_retention=proposed_finished)
 threads = frames.threads(store, now=at)
 waitings = [timedelta(days=d) for d in (1, 2, 3, 5, 7, 10, 14, 21, 30, 45, 60)]
-bundle.chart(plots.retention_curve(threads, waitings, current=settings.waiting_retention, proposed=proposed.waiting_retention), "retention_curve", charts)
+bundle.chart(plots.retention_curve(threads, waitings, current=settings.waiting_retention, proposed=proposed.waiting_retention, now=at), "retention_curve", charts)
 """),
     md("""
 ## What a shorter retention would cost
@@ -376,9 +379,9 @@ comes back to nothing. The chart shows each thread's longest idle gap against th
 """),
     code("""
 bundle.chart(plots.idle_gaps(threads, proposed.waiting_retention, in_force=settings), "idle_gaps", charts)
-lost = simulate.lost_conversations(threads, proposed.waiting_retention)
+lost = simulate.lost_conversations(threads, proposed.waiting_retention)  # longest excess first
 print(f"waiting {proposed_waiting} would lose {len(lost)} threads between two turns")
-lost
+tables.show(lost.head(SHOWN), f"the {min(len(lost), SHOWN):,} of {len(lost):,} lost threads idle longest past the proposed waiting value")
 """),
     code("""
 # A park's deadline must fall within its thread's waiting retention: these parks would have been refused.
@@ -387,8 +390,10 @@ print(f"waiting {proposed_waiting} would have refused {len(refused)} parks")
 refused
 """),
     code("""
-# Threads whose sweep action changes under the proposed values.
-sweep.policy_diff(store, settings, proposed, at)
+# Threads whose sweep action changes under the proposed values: how many per change, then the first SHOWN.
+changes = sweep.policy_diff(store, settings, proposed, at)
+display(changes.groupby(["current_action", "proposed_action"]).agg(threads=("thread_id", "size"), checkpoints=("checkpoints", "sum"), bytes=("size_bytes", "sum")))
+tables.show(changes.head(SHOWN), f"the first {min(len(changes), SHOWN):,} of {len(changes):,} threads whose action changes")
 """),
     md("""
 ## The coming weeks, day by day
@@ -415,7 +420,7 @@ from durability.analyses import charts as analysis_charts
 from durability.humanize import format_bytes
 
 in_force, proposal = simulate.Policy.from_settings(settings), simulate.Policy.from_settings(proposed)
-growth = analyses.forecast(store, [in_force, proposal], days=90, now=at)
+growth = analyses.forecast(store, [in_force, proposal], days=90, now=at, threads=threads)
 size_limit = 2 * int(threads.size_bytes.sum())  # set the size you care about, in bytes
 bundle.chart(analysis_charts.forecast_chart(growth, size_limit), "forecast", charts)
 print(f"the day the store holds {format_bytes(size_limit)}:", analyses.crossing(growth, size_limit))
@@ -431,22 +436,26 @@ force can only be judged on the threads still there.
     code("""
 replay = analyses.backtest(store, proposal, in_force=in_force, days=28, now=at)
 bundle.chart(analysis_charts.backtest_chart(replay), "backtest", charts)
-tables.show(replay.cuts[replay.cuts.policy == proposal.label], "conversations the proposed policy would have cut")
+cut = replay.cuts[replay.cuts.policy == proposal.label]
+tables.show(cut.head(SHOWN), f"the first {min(len(cut), SHOWN):,} of {len(cut):,} conversations the proposed policy would have cut")
 """),
     md("""
 ## Thin instead of delete
 
 Deleting a due thread frees all of it; thinning keeps every thread resumable and drops only its
 older history (the latest checkpoint and what it references stay; rows the plane does not have
-yet stay). The bars compare what the sweep in force would free with what thinning every thread
-to its latest checkpoint would (`durability store thin URL` applies it, plan first).
+yet stay). The bars compare what the sweep in force would free (counted over every thread) with
+what thinning every thread to its latest checkpoint would, estimated from a random sample of
+threads when the store holds more (the chart says how large); `durability store thin URL`
+applies it, plan first.
 """),
     code("""
 from durability.sweep.thin import thin_vs_delete
 
-savings = thin_vs_delete(store, keep_latest=1, settings=settings, now=at)
+savings = thin_vs_delete(store, keep_latest=1, plan=plan, sample=500)  # thinning planned for 500 threads at most, each read by id
 bundle.chart(analysis_charts.thin_vs_delete_chart(savings), "thin_vs_delete", charts)
-tables.show(savings.sort_values("thin_frees", ascending=False).head(20), "threads thinning frees most")
+of = f" (a sample of {savings.attrs['sample']:,} of {savings.attrs['threads']:,})" if savings.attrs["sample"] < savings.attrs["threads"] else ""
+tables.show(savings.sort_values("thin_frees", ascending=False).head(20), f"threads thinning frees most{of}")
 """),
     md("""
 ## Try values yourself
@@ -457,7 +466,7 @@ would delete follow.
     code("""
 from durability.widgets import RetentionPlanner
 
-planner = RetentionPlanner(store, settings, at)
+planner = RetentionPlanner(store, settings, at, threads=threads, plan=plan)  # the frame and plan above, not read again
 planner.widget
 """),
 ]

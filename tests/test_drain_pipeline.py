@@ -64,6 +64,8 @@ class Recorder:
         self.held = threading.Event()
         self.release = threading.Event()
         self.answers: dict[int, int] = {}
+        #: A status answered instead of the plane's to any request carrying the thread.
+        self.fail_threads: dict[str, int] = {}
         #: The status of every answer the plane itself gave.
         self.statuses: list[int] = []
         self.lock = threading.Lock()
@@ -97,6 +99,9 @@ class Recorder:
 
     async def _answer(self, number: int, body: bytes, send: Any, scope: Any) -> None:
         status = self.answers.get(number)
+        with self.lock:
+            carried = self.requests[number - 1].threads
+        status = next((s for t, s in self.fail_threads.items() if t in carried), status)
         if status is not None:
             start = {"type": "http.response.start", "status": status, "headers": []}
             await send(start)
@@ -314,6 +319,47 @@ def test_a_refused_batch_is_isolated_while_another_is_in_flight(
     assert [e.thread_id for e in quarantined] == ["t1"]
     assert "step_type is 50 characters" in (quarantined[0].sync_error or "")
     assert compat_plane.held_rows() == 50
+
+
+def test_a_batch_out_when_the_pass_stops_is_not_isolated_until_the_next_pass(
+    store: Store, compat_plane: Served
+) -> None:
+    """The second batch gets a 503 while the third, carrying a row the compat plane refuses,
+    is out: the pass sends nothing more (no isolation), the refused batch stays pending with
+    its attempt; the next pass isolates it and quarantines only the offender."""
+    for t in range(4):
+        store.put_many(
+            [
+                Checkpoint(
+                    thread_id=f"t{t}",
+                    node_id=f"n{n}",
+                    step=n,
+                    state={"n": n},
+                    step_type="s" * 50 if (t, n) == (2, 5) else None,
+                )
+                for n in range(10)
+            ]
+        )
+    compat_plane.recorder.fail_threads["t1"] = 503
+    conn = connect(
+        store,
+        compat_plane.url,
+        compat_plane.key,
+        background=False,
+        batch_rows=10,
+        limits=NO_LOCAL_CAPS,
+    )
+    first = drain_once(conn)
+    assert len(compat_plane.recorder.requests) == 3
+    assert first.synced == 10
+    assert first.quarantined == 0
+    assert set(states(store, "t2")) == {"pending"}
+    assert all(e.attempts == 1 for e in store.outbox() if e.thread_id in ("t1", "t2"))
+    compat_plane.recorder.fail_threads.clear()
+    second = drain_once(conn)
+    assert second.quarantined == 1
+    assert second.synced == 29
+    assert compat_plane.held_rows() == 39
 
 
 DRAINER = """

@@ -205,3 +205,24 @@ def test_thin_or_delete_of_a_sample_is_the_whole_frame_s_rows(store: Store) -> N
     assert "sample of 50 threads" in fig.get_suptitle()
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert any(f"a sample of 50 of {whole.attrs['threads']:,} threads" in x for x in labels)
+
+
+def test_a_plan_counted_and_shown_in_part_is_the_whole_frame(store: Store) -> None:
+    """``groups()`` is the whole plan frame grouped by horizon and action; ``to_frame(action,
+    limit)`` its first rows of that action, in the plan's order."""
+    plan = plan_sweep(store, Settings(waiting_retention="5d"), T0 + timedelta(days=12))
+    whole = plan.to_frame()
+    by_hand = whole.groupby(["horizon", "action"], sort=False).agg(
+        threads=("thread_id", "size"),
+        checkpoints=("checkpoints", "sum"),
+        size_bytes=("size_bytes", "sum"),
+    )
+    groups = plan.groups()
+    assert set(groups.index) == set(by_hand.index)
+    assert groups.loc[by_hand.index].values.tolist() == by_hand.values.tolist()
+    assert groups["threads"].sum() == len(whole) == THREADS
+    going = whole[whole.action == "delete"].reset_index(drop=True)
+    assert 10 < len(going) < len(whole)
+    pd.testing.assert_frame_equal(plan.to_frame(action="delete", limit=10), going.head(10))
+    pd.testing.assert_frame_equal(plan.to_frame(action="delete"), going)
+    pd.testing.assert_frame_equal(plan.to_frame(limit=7), whole.head(7))

@@ -73,7 +73,10 @@ def _us(value: datetime) -> int:
 
 
 def _ints(values: list[Any], fill: int) -> np.ndarray:
-    return np.array([fill if v is None else int(v) for v in values], dtype=np.int64)
+    """Integers (``None``: ``fill``) as an int64 array, filled by numpy, not a Python loop."""
+    found = np.array(values, dtype=object)
+    found[found == None] = fill  # noqa: E711 - elementwise on an object array
+    return found.astype(np.int64)
 
 
 def _history(store: Store, sweeps: np.ndarray) -> _History:

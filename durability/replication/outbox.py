@@ -422,7 +422,7 @@ class _Pass:
         row is marked synced only after the 2xx that carried it, so a crash in between at
         worst sends it again, which the plane's idempotent ingest absorbs. After an answer
         that stops the pass, the batches already out are still settled, and nothing more is
-        sent.
+        sent (:meth:`wind_down`).
         """
         if not self.identified():
             return
@@ -444,10 +444,23 @@ class _Pass:
                 return
             batch, sent = flight.popleft()
             answer = self.finish(batch.entries, sent) if sent is not None else None
-            complete = self.settle(batch, answer) and complete
+            if complete:
+                complete = self.settle(batch, answer)
+            else:
+                self.wind_down(batch, answer)
             self.apply(batch.out)
             # Look again once a batch is marked: a write during its POST is sent by this pass.
             more = True
+
+    def wind_down(self, batch: _Batch, answer: IngestAnswer | None) -> None:
+        """Settle a batch that was already out when an answer stopped the pass, sending
+        nothing more: a 2xx marks its rows (run ends it refused wait for the next pass and
+        their stand-ins); any other answer leaves them buffered, a refusal unisolated."""
+        if answer is not None and answer.outcome == "ok":
+            self.accept(batch.entries, answer, batch.out)
+            batch.out.refused_ends = []
+        elif answer is not None:
+            self.report.buffered += len(batch.entries)
 
     def identified(self) -> bool:
         """Learn the plane's identity first (how it keys rows decides the ids sent); when it

@@ -158,14 +158,22 @@ class SweepPlan:
     def _values(self, name: str, at: list[int]) -> list[Any]:
         return self._columns[name][at].tolist() if at else []
 
-    def to_frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame with :data:`PLAN_COLUMNS` (times aware UTC)."""
+    def to_frame(self, action: str | None = None, limit: int | None = None) -> pd.DataFrame:
+        """The rows as a DataFrame with :data:`PLAN_COLUMNS` (times aware UTC): every row, or
+        those with ``action``, the first ``limit`` of them (in the plan's order) when given —
+        what a table of a plan of millions of threads shows (:meth:`groups` counts them all)."""
+        import numpy as np
         import pandas as pd
 
+        at: Any = slice(None)
+        if action is not None:
+            at = np.flatnonzero(self._columns["action"] == action)
+        if limit is not None:
+            at = (at if action is not None else np.arange(len(self._columns["action"])))[:limit]
         data: dict[str, Any] = {}
         dtype: Any  # pandas-stubs type astype's argument as literals only
         for name, dtype in PLAN_COLUMNS.items():
-            values = self._columns[name]
+            values = self._columns[name][at]
             if dtype.startswith("datetime64"):
                 data[name] = pd.Series(values).dt.tz_localize("UTC").astype(dtype)
             elif dtype.startswith("timedelta64"):
@@ -173,6 +181,23 @@ class SweepPlan:
             else:
                 data[name] = pd.Series(values, dtype=dtype)
         return pd.DataFrame(data, columns=list(PLAN_COLUMNS))
+
+    def groups(self) -> pd.DataFrame:
+        """Threads, checkpoints and bytes per (horizon, action) present in the plan, counted
+        over the plan's columns: the plan of any size as a table of a few rows."""
+        import numpy as np
+        import pandas as pd
+
+        c, rows = self._columns, []
+        for h in HORIZONS:
+            for a in ACTIONS:
+                chosen = (c["horizon"] == h) & (c["action"] == a)
+                if chosen.any():
+                    found = (int(chosen.sum()), int(c["checkpoints"][chosen].sum()))
+                    rows.append((h, a, *found, int(np.sum(c["size_bytes"][chosen]))))
+        names = ["horizon", "action", "threads", "checkpoints", "size_bytes"]
+        frame = pd.DataFrame(rows, columns=names).astype(dict.fromkeys(names[2:], "int64"))
+        return frame.set_index(["horizon", "action"])
 
     def summary(self) -> dict[str, Any]:
         """Counts per horizon and action, and the checkpoints and bytes the sweep would delete."""

@@ -37,13 +37,14 @@ import dataclasses
 import html
 import json
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from durability._extras import needs_extra
 
 with needs_extra("durability.widgets"):  # the notebook extra
     import ipywidgets as w
     import pandas as pd
+    from IPython.display import HTML
 
 from durability import frames, plots, simulate
 from durability.humanize import format_bytes
@@ -176,13 +177,17 @@ class RetentionPlanner:
     is kept). Every change recomputes, for ``Policy(waiting, finished)``:
 
     * ``plan``: :func:`durability.sweep.plan_sweep` with settings carrying those values (the
-      same code path as the sweep); ``frame`` its rows, ``deletes`` the rows it deletes
-      (shown in ``.table``); ``.summary`` the threads and bytes deleted and kept per horizon.
+      same code path as the sweep); ``frame`` its rows (built when read), ``deletes`` the
+      first ``shown`` rows it deletes (shown in ``.table``, which says how many of how many);
+      ``.summary`` the threads and bytes deleted and kept per horizon, counted over the plan.
       A finished thread's due time is fixed at its mark, so the finished value moves only
       marks made after it is in force.
     * ``daily``: :func:`durability.simulate.daily` over ``days`` days from now for the chosen
       and the current values, and ``figure``: its :func:`durability.plots.sweep_timeline`
       (in ``.chart``); the simulation applies the finished value to every mark.
+
+    ``threads`` (``frames.threads(store, now)``) and ``plan`` (``plan_sweep`` at ``now`` with
+    ``settings``) are reused when the caller has them, instead of read again.
     """
 
     def __init__(
@@ -192,14 +197,18 @@ class RetentionPlanner:
         now: datetime | None = None,
         *,
         days: int = 90,
+        threads: pd.DataFrame | None = None,
+        plan: SweepPlan | None = None,
+        shown: int = 1000,
     ) -> None:
         self.store = store
+        self.shown = shown
         self.settings = settings or store.settings
         self.current = simulate.Policy.from_settings(self.settings)
         self.days = days
         start = (now or store.clock()).astimezone(UTC)
         self._time_of_day = start.timetz()
-        self.threads_frame = frames.threads(store, start)
+        self.threads_frame = threads if threads is not None else frames.threads(store, start)
         self._threads_at = start
         waiting, finished = _days(self.current.waiting), _days(self.current.finished)
         slider = {"min": 1, "continuous_update": False}
@@ -221,8 +230,7 @@ class RetentionPlanner:
         self.summary = classed(w.HTML(), "durability-retention-summary")
         self.chart = classed(w.Output(), "durability-retention-chart")
         self.table = classed(w.Output(), "durability-retention-table")
-        self.plan: SweepPlan | None = None
-        self.frame = pd.DataFrame()
+        self.plan: SweepPlan | None = plan
         self.deletes = pd.DataFrame()
         self.daily = pd.DataFrame()
         self.figure: Figure | None = None
@@ -254,39 +262,51 @@ class RetentionPlanner:
         picked: date = self.now.value or datetime.now(UTC).date()
         return datetime.combine(picked, self._time_of_day).astimezone(UTC)
 
+    @property
+    def frame(self) -> pd.DataFrame:
+        """Every row of the current plan (built when read: a plan may hold millions)."""
+        return self.plan.to_frame() if self.plan is not None else pd.DataFrame()
+
     def update(self) -> None:
         """Recompute the plan, the summary, the simulation and the chart for the controls."""
         policy, when = self.policy, self.when
         if when != self._threads_at:  # which parks and leases are live depends on "now"
             self.threads_frame, self._threads_at = frames.threads(self.store, when), when
-        self.plan = plan_sweep(self.store, policy.settings(self.settings), when)
-        self.frame = self.plan.to_frame()
-        self.deletes = self.frame[self.frame["action"] == "delete"].reset_index(drop=True)
-        self.summary.value = _plan_summary(self.plan, self.frame, policy, self.current)
+        settings = policy.settings(self.settings)
+        given = self.plan
+        if given is None or given.now != when or given.settings != settings:
+            self.plan = plan_sweep(self.store, settings, when)
+        plan = cast(SweepPlan, self.plan)
+        self.deletes = plan.to_frame(action="delete", limit=self.shown)
+        self.summary.value = _plan_summary(plan, policy, self.current)
         compared = [policy] if policy == self.current else [policy, self.current]
         self.daily = simulate.daily(self.threads_frame, compared, when, self.days)
         self.figure = plots.sweep_timeline(
             self.daily, policy=policy.label, in_force=self.current.label
         )
         show(self.chart, self.figure)
-        show(self.table, table(self.deletes))
+        going = plan.summary()["total_delete"]["threads"]
+        shown = [table(self.deletes)]
+        if going > len(self.deletes):
+            note = f"the first {len(self.deletes):,} of the {going:,} threads it deletes"
+            shown.insert(0, HTML(f"<p><i>{note}</i></p>"))  # type: ignore[no-untyped-call]
+        show(self.table, *shown)
 
 
-def _plan_summary(
-    plan: SweepPlan, frame: pd.DataFrame, policy: simulate.Policy, current: simulate.Policy
-) -> str:
+def _plan_summary(plan: SweepPlan, policy: simulate.Policy, current: simulate.Policy) -> str:
     """The plan's counts per horizon as an HTML table (``plan.summary()``, kept = not deleted)."""
     summary = plan.summary()
     going = summary["delete"]
+    groups = plan.groups().reset_index()
     rows = []
     for horizon in HORIZONS:
-        of = frame[frame["horizon"] == horizon]
-        kept = of[of["action"] != "delete"]
+        kept = groups[(groups["horizon"] == horizon) & (groups["action"] != "delete")]
         counts = summary["counts"][horizon]
         rows.append(
             f"<tr><td>{horizon}</td><td>{going[horizon]['threads']:,}</td>"
             f"<td>{plots.human_bytes(going[horizon]['size_bytes'])}</td>"
-            f"<td>{len(kept):,}</td><td>{plots.human_bytes(kept['size_bytes'].sum())}</td>"
+            f"<td>{int(kept['threads'].sum()):,}</td>"
+            f"<td>{plots.human_bytes(kept['size_bytes'].sum())}</td>"
             f"<td>{counts['spared']:,}</td><td>{counts['skipped']:,}</td></tr>"
         )
     total = summary["total_delete"]
