@@ -23,6 +23,7 @@ from durability.clock import FrozenClock
 from durability.errors import ConfigError
 from durability.model import Checkpoint
 from durability.runs import RunContext, RunControl, Runner, list_runs, read_thread
+from durability.stores.aggregates import Aggregates
 from durability.stores.base import Store
 from durability.testing import StoreTarget
 from durability.vocabulary import status_word
@@ -494,6 +495,23 @@ def test_activity_counts_checkpoints_and_bytes_per_bucket_in_the_store(fleet: Fl
     assert frame["size_bytes"].tolist() == sizes.groupby(hours).sum().sort_index().tolist()
     with pytest.raises(ConfigError, match="width='1M' is not a fixed pandas duration"):
         frames.activity(fleet.store, "1M")
+
+
+def test_outbox_states_are_the_outbox_frame_summed(fleet: Fleet) -> None:
+    """Rows, bytes and attempts per state, counted in the store, equal the whole outbox's sums,
+    and the backlog's SQL grouping equals the chunked default's."""
+    if fleet.store.outbox is None:
+        assert frames.outbox_states(fleet.store).empty
+        return
+    whole = frames.outbox(fleet.store)
+    summed = whole.groupby("state", observed=True)[["size_bytes", "attempts"]].sum()
+    states = frames.outbox_states(fleet.store).set_index("state")
+    assert states["rows"].to_dict() == whole["state"].value_counts()[states.index].to_dict()
+    assert states["size_bytes"].to_dict() == summed["size_bytes"].to_dict()
+    assert states["attempts"].to_dict() == summed["attempts"].to_dict()
+    for step, origin in ((3_600_000_000, 0), (900_000_000, 123)):
+        expected = Aggregates(fleet.store).pending_spans(step, origin)
+        assert fleet.store.scans.pending_spans(step, origin) == expected
 
 
 def test_a_release_never_changes_the_backlog_of_the_past(fleet: Fleet) -> None:

@@ -12,7 +12,7 @@ import pytest
 import durability
 from durability import Checkpoint
 from durability.settings import Settings
-from durability.stores.sql import SQLStore, outbox_queue, scans
+from durability.stores.sql import SQLStore, aggregates, outbox_queue, scans
 
 
 @pytest.fixture
@@ -100,3 +100,16 @@ def test_the_backlog_counts_rows_not_yet_queued(store: SQLStore) -> None:
     answer = store.scans.pending_spans(1, 0)
     assert sum(answer["spans"]) == 2
     assert set(answer["ends"]) == {None}, "both still pending"
+
+
+def test_the_outbox_groups_count_rows_not_yet_queued_as_pending(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row put after the catch-up (no outbox row yet) is counted pending, never synced."""
+    put(store, "a")
+    store.mark_sent([("t", 1)])
+    put(store, "b")
+    monkeypatch.setattr(aggregates, "catch_up", lambda store: None)
+    groups = store.scans.outbox_groups()
+    counts = dict(zip(groups["state"], groups["rows"], strict=True))
+    assert counts == {"pending": 1, "synced": 1}

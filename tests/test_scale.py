@@ -21,6 +21,7 @@ import pytest
 
 import durability
 from durability import analyses, bundle, frames
+from durability.analyses import charts
 from durability.errors import ConfigError
 from durability.frames.columns import MAX_ROWS_ENV
 from durability.stores.aggregates import Aggregates
@@ -148,6 +149,46 @@ def test_checkpoint_groups_are_the_sums_by_hand(bulk: Bulk, store: Store) -> Non
         assert Aggregates(store).checkpoint_groups(by) == expected  # the chunked default
 
 
+def test_bytes_by_node_from_a_sample_is_labelled_and_near_the_sums(
+    bulk: Bulk, store: Store
+) -> None:
+    """``bytes_by(sample=N)`` reads about N checkpoints (SQL and the chunked default alike),
+    shares the store's totals out as among them, and says it is a sample and how large."""
+    exact = analyses.bytes_by(store, "node")
+    owners = frames.owners(store)
+    estimate = analyses.bytes_by(store, "node", sample=3_000, owners=owners)
+    assert estimate.attrs == {
+        "sampled": estimate.attrs["sampled"],
+        "population": len(bulk.rows),
+        "store_bytes": sum(r[3] for r in bulk.rows),
+    }
+    assert 2_000 < estimate.attrs["sampled"] <= 3_000
+    assert set(estimate.node) == set(exact.node)
+    share = dict(zip(exact.node, exact.share, strict=True))
+    for node, part in zip(estimate.node, estimate.share, strict=True):
+        assert abs(part - share[node]) < 0.05, node
+    assert estimate.checkpoints.sum() == pytest.approx(len(bulk.rows), abs=len(NODES))
+    assert "sampled" not in exact.attrs
+    for sampler in (store.scans, Aggregates(store)):
+        picked = sampler.sample_columns(50, 1, columns=("thread_id", "seq", "node_id"))
+        seqs = {r[4]: (r[0], r[1]) for r in bulk.rows}
+        assert 0 < len(picked["seq"]) <= 50
+        for thread_id, seq, node in zip(*picked.values(), strict=True):
+            assert seqs[seq] == (thread_id, node)
+    pd.testing.assert_frame_equal(
+        analyses.bytes_by(store, "owner", owners=owners), analyses.bytes_by(store, "owner")
+    )
+    chart = charts.where_bytes(
+        analyses.bytes_by(store, "owner"), estimate.rename(columns={"node": "runner"}), estimate,
+        analyses.bytes_by_state_key(store, sample=5),
+    )  # fmt: skip
+    titles = [ax.get_title() for ax in chart.axes]
+    assert (
+        f"by node\n(estimated from a sample of {estimate.attrs['sampled']:,} of 12,000 checkpoints)"
+        in titles
+    )
+
+
 def test_owners_frame_counts_every_thread(bulk: Bulk, store: Store) -> None:
     """``frames.owners``: threads, checkpoints and bytes per ledger owner, counted in the store."""
     threads: dict[Any, set[str]] = defaultdict(set)
@@ -229,6 +270,9 @@ def test_readiness_summary_is_readiness_summed(store: Store) -> None:
     """The per-owner summary and the worst threads equal the per-thread frame's, summed."""
     full = analyses.readiness(store)
     summary = analyses.readiness_summary(store, top=10)
+    shared = analyses.readiness_summary(store, top=10, owners=frames.owners(store))
+    pd.testing.assert_frame_equal(shared.by_owner, summary.by_owner)
+    pd.testing.assert_frame_equal(shared.not_whole, summary.not_whole)
     pd.testing.assert_frame_equal(summary.by_owner, analyses.readiness_by_owner(full))
     not_whole = full[full.restorable != "everything"].reset_index(drop=True)
     assert summary.not_whole_threads == len(not_whole)
@@ -247,6 +291,9 @@ def test_runs_sample_reads_only_the_sampled_threads(store: Store) -> None:
     expected = full[full.thread_id.isin(picked)].reset_index(drop=True)
     pd.testing.assert_frame_equal(sampled.reset_index(drop=True), expected)
     assert "sample" not in frames.runs(store, sample=THREADS).attrs  # every thread: no sample
+    counted = frames.runs(store, sample=40, seed=3, threads=THREADS)  # counted already: not again
+    pd.testing.assert_frame_equal(counted, sampled)
+    assert counted.attrs == sampled.attrs
 
 
 def test_a_whole_frame_past_the_cap_is_refused(

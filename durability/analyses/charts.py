@@ -42,8 +42,9 @@ def where_bytes(
     by_node: pd.DataFrame,
     by_state_key: pd.DataFrame,
 ) -> Figure:
-    """Four panels: bytes by owner, runner, node (every checkpoint's size) and by top-level
-    state key (estimated from a sample, which the panel's title says)."""
+    """Four panels: bytes by owner, runner, node (every checkpoint's size, or estimated from a
+    sample: ``bytes_by(..., sample=N)``) and by top-level state key (estimated from a sample);
+    a panel drawn from a sample says so in its title, and how large the sample is."""
     title = "Where the bytes are"
     if by_owner.empty:
         return plots._no_data(title, f"{plots.NO_DATA}: the store holds no checkpoint")
@@ -52,8 +53,8 @@ def where_bytes(
     fig.suptitle(title, fontsize="large", fontweight="bold")
     axes = fig.subplots(2, 2)
     _bars(axes[0][0], by_owner, "owner", "size_bytes", "by owner (threads' runner)")
-    _bars(axes[0][1], by_runner, "runner", "size_bytes", "by runner (each checkpoint's)")
-    _bars(axes[1][0], by_node, "node", "size_bytes", "by node")
+    _bars(axes[0][1], by_runner, "runner", "size_bytes", "by runner" + _sampled(by_runner))
+    _bars(axes[1][0], by_node, "node", "size_bytes", "by node" + _sampled(by_node))
     attrs = by_state_key.attrs
     sampled = f"{attrs.get('sampled', 0):,} of {attrs.get('population', 0):,}"
     if by_state_key.empty:
@@ -68,6 +69,14 @@ def where_bytes(
             f"by state key (estimated from {sampled} checkpoints)",
         )
     return fig
+
+
+def _sampled(frame: pd.DataFrame) -> str:
+    """A panel title's note that its bars are estimated from a sample, and how large."""
+    attrs = frame.attrs
+    if "sampled" not in attrs:
+        return ""
+    return f"\n(estimated from a sample of {attrs['sampled']:,} of {attrs['population']:,} checkpoints)"
 
 
 def forecast_chart(frame: pd.DataFrame, limit: int | None = None) -> Figure:

@@ -33,12 +33,24 @@ class ReadinessSummary:
     not_whole_threads: int
 
 
-def readiness_summary(store: Store, top: int = 20) -> ReadinessSummary:
+def readiness_summary(
+    store: Store, top: int = 20, *, owners: pd.DataFrame | None = None
+) -> ReadinessSummary:
     """What a restore from the plane would bring back now, counted in the store (see the
-    module): per owner, and the ``top`` threads it would not bring back whole."""
+    module): per owner, and the ``top`` threads it would not bring back whole. ``owners``: a
+    :func:`~durability.frames.owners` frame of this store already read, used instead of asking
+    the store for the per-owner sums again."""
     if top < 1:
         raise ConfigError(f"cannot list the top {top}: ask for at least 1")
-    owners = store.scans.owner_groups()
+    if owners is None:
+        found = store.scans.owner_groups()
+    else:
+        found = {name: owners[name].tolist() for name in ("threads", "checkpoints", "size_bytes")}
+        found["owner"] = [None if pd.isna(o) else o for o in owners["owner"]]
+    return _summary(store, found, top)
+
+
+def _summary(store: Store, owners: dict[str, list[Any]], top: int) -> ReadinessSummary:
     if not store.replicates:
         return _never_connected(store, owners, top)
     missing = store.scans.missing_rows()

@@ -24,19 +24,37 @@ GROUPS = {"owner": "owner", "runner": "runner", "node": "node_id"}
 NONE_LABEL = "(none)"
 
 
-def bytes_by(store: Store, by: Literal["owner", "runner", "node"]) -> pd.DataFrame:
+def bytes_by(
+    store: Store,
+    by: Literal["owner", "runner", "node"],
+    *,
+    sample: int | None = None,
+    seed: int = 0,
+    owners: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Bytes and checkpoints per owner (the ledger's, per thread), runner or node (per
     checkpoint), largest first: ``COLUMNS["bytes_by"]`` with the first column named ``by``.
 
     Summed in the store (:meth:`~durability.stores.aggregates.Aggregates.owner_groups`,
     :meth:`~durability.stores.aggregates.Aggregates.checkpoint_groups`): one row per group.
     ``share`` is the group's fraction of the store's bytes. A thread or checkpoint with no
-    owner / runner / node is counted under ``(none)``.
+    owner / runner / node is counted under ``(none)``. ``owners``: a
+    :func:`~durability.frames.owners` frame of this store already read, used instead of
+    asking the store again (for ``by="owner"``, and for the store's totals of an estimate).
+
+    ``sample=N`` (runner and node only): no index serves those groupings, so instead of every
+    checkpoint, about ``N`` picked at random are read
+    (:meth:`~durability.stores.aggregates.Aggregates.sample_columns`, ``seed`` fixing the pick)
+    and the store's checkpoints and bytes shared out as among them: an estimate, which
+    ``attrs`` say (``sampled``, ``population``, ``store_bytes``); ``threads`` then counts the
+    sampled threads.
     """
     if by not in GROUPS:
         raise ConfigError(f"cannot group bytes by {by!r}: use one of {sorted(GROUPS)}")
+    if by != "owner" and sample is not None:
+        return _estimated(store, GROUPS[by], sample, seed, owners).rename(columns={"key": by})
     if by == "owner":
-        found = store.scans.owner_groups()
+        found = store.scans.owner_groups() if owners is None else _owner_table(owners)
         keys = found["owner"]
     else:
         found = store.scans.checkpoint_groups(GROUPS[by])
@@ -48,13 +66,52 @@ def bytes_by(store: Store, by: Literal["owner", "runner", "node"]) -> pd.DataFra
         entry = sums.setdefault(key or NONE_LABEL, [0, 0, 0])  # None and "" both read (none)
         for i, value in enumerate((threads, count, size)):
             entry[i] += int(value)
+    return _frame(sums).rename(columns={"key": by})
+
+
+def _owner_table(owners: pd.DataFrame) -> dict[str, list[Any]]:
+    """A :func:`~durability.frames.owners` frame as the store's answer (missing owner: None)."""
+    table = {name: owners[name].tolist() for name in ("threads", "checkpoints", "size_bytes")}
+    return table | {"owner": [None if pd.isna(o) else o for o in owners["owner"]]}
+
+
+def _frame(sums: dict[str, list[int]]) -> pd.DataFrame:
     total = sum(entry[2] for entry in sums.values()) or 1
     ordered = sorted(sums.items(), key=lambda item: (-item[1][2], item[0]))
     rows = [
         {"key": k, "threads": t, "checkpoints": c, "size_bytes": b, "share": b / total}
         for k, (t, c, b) in ordered
     ]
-    return frame_of(rows, "bytes_by").rename(columns={"key": by})
+    return frame_of(rows, "bytes_by")
+
+
+def _estimated(
+    store: Store, column: str, sample: int, seed: int, owners: pd.DataFrame | None
+) -> pd.DataFrame:
+    """:func:`bytes_by` of a checkpoint column from a sample, scaled to the store's totals."""
+    if sample < 1:
+        raise ConfigError(f"cannot sample {sample} checkpoints: sample at least 1")
+    names = ("thread_id", column, "size_bytes")
+    picked = store.scans.sample_columns(sample, seed, columns=names)
+    if owners is None:
+        count, size = store.scans.totals()
+    else:
+        count, size = int(owners["checkpoints"].sum()), int(owners["size_bytes"].sum())
+    groups: dict[str, list[Any]] = {}
+    for thread_id, key, row_bytes in zip(*(picked[n] for n in names), strict=True):
+        entry = groups.setdefault(key or NONE_LABEL, [set(), 0, 0])
+        entry[0].add(thread_id)
+        entry[1] += 1
+        entry[2] += int(row_bytes or 0)
+    rows, row_bytes = len(picked["size_bytes"]) or 1, sum(e[2] for e in groups.values()) or 1
+    frame = _frame(
+        {
+            key: [len(threads), round(n / rows * count), round(b / row_bytes * size)]
+            for key, (threads, n, b) in groups.items()
+        }
+    )
+    frame.attrs.update(sampled=len(picked["size_bytes"]), population=count, store_bytes=size)
+    return frame
 
 
 def largest_threads(store: Store, top: int = 20) -> pd.DataFrame:

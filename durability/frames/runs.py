@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     pass
 
 
-def runs(store: Store, *, sample: int | None = None, seed: int = 0) -> pd.DataFrame:
+def runs(
+    store: Store, *, sample: int | None = None, seed: int = 0, threads: int | None = None
+) -> pd.DataFrame:
     """Run health of a store (``COLUMNS["runs"]``): one row per run, by thread then start.
 
     Read from the checkpoints' scalar fields plus, for failed run ends only, their recorded
@@ -37,10 +39,12 @@ def runs(store: Store, *, sample: int | None = None, seed: int = 0) -> pd.DataFr
     threads picked at random (``seed`` fixes the pick; a thread with more checkpoints is more
     likely picked), read thread by thread, never the whole store; ``attrs["sample"]`` then says
     ``{"threads": picked, "of": threads in the store}``, for the chart to say it is a sample.
+    ``threads``: how many threads the store holds when already counted (e.g. the sum of
+    :func:`~durability.frames.owners`), so the sample does not count them again.
     """
     names: tuple[str, ...] = ("thread_id", "namespace", "run_id", "checkpoint_id", "seq")
     names += ("step_type", "status", "created_at", "runner")
-    picked, total = _sampled_threads(store, sample, seed)
+    picked, total = _sampled_threads(store, sample, seed, threads)
     if picked is None:
         cols = collect(store.checkpoint_columns(columns=names), names, whole="runs")
         leased = _leased(store)
@@ -71,14 +75,14 @@ def runs(store: Store, *, sample: int | None = None, seed: int = 0) -> pd.DataFr
 
 
 def _sampled_threads(
-    store: Store, sample: int | None, seed: int
+    store: Store, sample: int | None, seed: int, threads: int | None
 ) -> tuple[list[str] | None, int | None]:
     """The threads of a sample (``None``: every thread) and how many the store holds."""
     if sample is None:
         return None, None
     if sample < 1:
         raise ConfigError(f"cannot sample the runs of {sample} threads: sample at least 1")
-    total = sum(store.scans.owner_groups()["threads"])
+    total = sum(store.scans.owner_groups()["threads"]) if threads is None else threads
     if total <= sample:
         return None, total
     picked = {address[0] for address in store.scans.sample_checkpoints(sample, seed)}

@@ -25,6 +25,21 @@ Table = dict[str, list[Any]]
 GROUP_COLUMNS = ("runner", "node_id", "status", "step_type")
 #: The columns of :meth:`Aggregates.checkpoint_groups` (``key``: the group's value).
 GROUP_ANSWER = ("key", "threads", "checkpoints", "size_bytes")
+#: The checkpoint header columns :meth:`Aggregates.sample_columns` reads.
+SAMPLE_COLUMNS = (
+    "thread_id",
+    "namespace",
+    "run_id",
+    "checkpoint_id",
+    "seq",
+    "node_id",
+    "runner",
+    "step",
+    "step_type",
+    "status",
+    "created_at",
+    "size_bytes",
+)
 #: The columns of :meth:`Aggregates.owner_groups`.
 OWNER_ANSWER = ("owner", "threads", "checkpoints", "size_bytes", "finished")
 #: The columns of :meth:`Aggregates.top_checkpoints` (``created_at`` in microseconds).
@@ -111,6 +126,18 @@ class Aggregates(Capability):
         _check_top(sample, "sample checkpoints")
         self.store.ready()
         return self._sample_checkpoints(sample, random.Random(seed))
+
+    def sample_columns(self, sample: int, seed: int = 0, *, columns: Sequence[str]) -> Table:
+        """The header ``columns`` (of :data:`SAMPLE_COLUMNS`) of about ``sample`` checkpoints
+        picked at random as :meth:`sample_checkpoints` picks them, in no particular order: what
+        an estimate of a grouping no index serves reads instead of every checkpoint."""
+        _check_top(sample, "sample checkpoints")
+        if unknown := [c for c in columns if c not in SAMPLE_COLUMNS]:
+            raise InvalidIdError(
+                f"cannot sample checkpoint columns {unknown!r}: use some of {', '.join(SAMPLE_COLUMNS)}"
+            )
+        self.store.ready()
+        return self._sample_columns(sample, random.Random(seed), tuple(columns))
 
     def missing_rows(self) -> Table:
         """Per thread with a row the plane lacks (pending or quarantined): its checkpoints,
@@ -239,18 +266,21 @@ class Aggregates(Capability):
         return count, size
 
     def _sample_checkpoints(self, sample: int, rng: random.Random) -> list[CheckpointAddress]:
-        # A uniform reservoir sample over every checkpoint, read in chunks of their ids.
-        names = ("thread_id", "namespace", "checkpoint_id")
-        chosen: list[CheckpointAddress] = []
+        found = self._sample_columns(sample, rng, ("thread_id", "namespace", "checkpoint_id"))
+        return [(t, n or "", c) for t, n, c in _rows(found, tuple(found))]
+
+    def _sample_columns(self, sample: int, rng: random.Random, columns: tuple[str, ...]) -> Table:
+        # A uniform reservoir sample over every checkpoint, read in chunks of those columns.
+        chosen: list[tuple[Any, ...]] = []
         seen = 0
-        for chunk in self.store.checkpoint_columns(columns=names):
-            for key in _rows(chunk, names):
+        for chunk in self.store.checkpoint_columns(columns=columns):
+            for row in _rows(chunk, columns):
                 seen += 1
                 if len(chosen) < sample:
-                    chosen.append((key[0], key[1] or "", key[2]))
+                    chosen.append(row)
                 elif (slot := rng.randrange(seen)) < sample:
-                    chosen[slot] = (key[0], key[1] or "", key[2])
-        return chosen
+                    chosen[slot] = row
+        return {name: [row[i] for row in chosen] for i, name in enumerate(columns)}
 
     def _missing_rows(self) -> Table:
         first: dict[str, tuple[int, str]] = {}

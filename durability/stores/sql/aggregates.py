@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+from durability._util import chunks
 from durability.stores.aggregates import (
     MISSING_ANSWER,
     PENDING_WHY,
@@ -18,21 +19,13 @@ from durability.stores.aggregates import (
     Table,
     outbox_table,
 )
-from durability.stores.rows import CheckpointAddress
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import entry_join, tables_of
+from durability.stores.sql.outbox import tables_of
 from durability.stores.sql.outbox_queue import catch_up, through
 from durability.stores.sql.schema import SWEEP_INDEX, threads
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
-
-#: Which outbox state a row of the checkpoints-outbox-synced join is in.
-#: ``{through}``: the outbox mark (a row above it has no outbox row yet, and is pending).
-_STATE = (
-    "CASE WHEN o.seq IS NULL AND c.seq <= {through} THEN 'synced' "
-    "WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END"
-)
 
 
 class SQLAggregates(Aggregates):
@@ -123,24 +116,29 @@ class SQLAggregates(Aggregates):
         return int(count), int(size or 0)
 
     @reconnecting
-    def _sample_checkpoints(self, sample: int, rng: random.Random) -> list[CheckpointAddress]:
+    def _sample_columns(self, sample: int, rng: random.Random, columns: tuple[str, ...]) -> Table:
         # Random points of the seq range, each the first checkpoint at or after it (a primary
         # key lookup): uniform over seqs, so a gap left by deleted rows weighs its next row.
+        # ``columns`` are checked names of CHECKPOINT_COLUMNS (header columns of the table).
         mark, table = self.store.db.mark, self.store.sql.table
         low, high = self._answer("sample checkpoints", f"SELECT MIN(seq), MAX(seq) FROM {table}")[0]  # noqa: S608
-        if low is None:
-            return []
-        query = (
-            f"SELECT thread_id, namespace, checkpoint_id, seq FROM {table} "  # noqa: S608
-            f"WHERE seq >= {mark} ORDER BY seq LIMIT 1"
-        )
-        found: dict[int, CheckpointAddress] = {}
-        with self.store.db.one("sample checkpoints") as conn:
-            for point in sorted(rng.randint(low, high) for _ in range(sample)):
-                row = conn.exec_driver_sql(query, (point,)).first()
-                if row is not None:
-                    found[int(row[3])] = (row[0], row[1] or "", row[2])
-        return list(found.values())
+        found: dict[int, tuple[Any, ...]] = {}
+        if low is not None:
+            points = sorted(rng.randint(low, high) for _ in range(sample))
+            with self.store.db.one("sample checkpoints") as conn:
+                for chunk in chunks(points):
+                    # One statement per 500 points: each the first row at or after it.
+                    values = ", ".join([f"(CAST({mark} AS BIGINT))"] * len(chunk))
+                    query = (
+                        f"WITH pts(p) AS (VALUES {values}) "  # noqa: S608
+                        f"SELECT c.seq, {', '.join('c.' + n for n in columns)} FROM pts "
+                        f"JOIN {table} c ON c.seq = "
+                        f"(SELECT MIN(n.seq) FROM {table} n WHERE n.seq >= pts.p)"
+                    )
+                    for row in conn.exec_driver_sql(query, tuple(chunk)):
+                        found[int(row[0])] = tuple(row[1:])
+        rows = list(found.values())
+        return {name: [row[i] for row in rows] for i, name in enumerate(columns)}
 
     @reconnecting
     def _missing_rows(self) -> Table:
@@ -176,16 +174,44 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
 
     @reconnecting
     def _outbox_groups(self) -> Table:
-        attempts = "COALESCE(o.attempts, s.attempts, 0)"
+        # The outbox holds the pending and quarantined rows (few); every other checkpoint is
+        # synced: the store's totals (the per-thread index) less the outbox's, its attempts
+        # those of the synced records (a delete removes a checkpoint's records with it).
         catch_up(self.store)
-        state = _STATE.replace("{through}", through(self.store))
-        query = (
-            f"SELECT {state} AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
-            f"CAST(SUM({attempts}) AS BIGINT) {entry_join(*tables_of(self.store))} GROUP BY outbox_state"
+        table, box, done = tables_of(self.store)
+        states = (
+            f"SELECT CASE WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END "  # noqa: S608
+            f"AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
+            f"CAST(SUM(o.attempts) AS BIGINT) FROM {box} o JOIN {table} c ON c.seq = o.seq "
+            "GROUP BY outbox_state"
         )
-        rows = self._answer("count the outbox by state", query)
+        attempts = (
+            f"SELECT CAST(SUM(s.attempts) AS BIGINT) FROM {done} s "  # noqa: S608
+            f"WHERE NOT EXISTS (SELECT 1 FROM {box} o WHERE o.seq = s.seq)"
+        )
+        rows = self._answer("count the outbox by state", states)
         sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
+        self._add_unqueued(sums)
+        count, size = self._store_totals()
+        synced = [count - sum(v[0] for v in sums.values()), size - sum(v[1] for v in sums.values())]
+        if synced[0] > 0:
+            (tried,) = self._answer("count the outbox by state", attempts)[0]
+            sums["synced"] = [*synced, int(tried or 0)]
         return outbox_table(sums)
+
+    def _add_unqueued(self, sums: dict[str, list[int]]) -> None:
+        """SQLite: rows put since the catch-up, above the outbox mark, are pending too."""
+        if not self.store.db.sqlite:
+            return
+        query = (
+            f"SELECT COUNT(*), CAST(SUM(size_bytes) AS BIGINT) FROM {self.store.sql.table} "  # noqa: S608
+            f"WHERE seq > {through(self.store)}"
+        )
+        count, size = self._answer("count the rows not yet queued", query)[0]
+        if count:
+            pending = sums.setdefault("pending", [0, 0, 0])
+            pending[0] += int(count)
+            pending[1] += int(size or 0)
 
     def _spans_sql(self) -> str:
         """Each row's span (``b`` start, ``l`` end, ``created``): its outbox row or synced record
