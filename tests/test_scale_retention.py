@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from durability.analyses.forecast import fit
 from durability.model import Checkpoint
 from durability.settings import Settings
 from durability.stores.base import Store
+from durability.stores.scans import Scans
 from durability.stores.write_history import WriteHistory, bucket_of
 from durability.sweep import plan_sweep
 from durability.sweep.thin import thin_vs_delete
@@ -226,3 +228,33 @@ def test_a_plan_counted_and_shown_in_part_is_the_whole_frame(store: Store) -> No
     pd.testing.assert_frame_equal(plan.to_frame(action="delete", limit=10), going.head(10))
     pd.testing.assert_frame_equal(plan.to_frame(action="delete"), going)
     pd.testing.assert_frame_equal(plan.to_frame(limit=7), whole.head(7))
+
+
+def test_lost_threads_look_up_only_the_plane_s_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread the store knows (a checkpoint, or only a ledger record) is not lost; the store
+    is asked about the plane's ids alone, never read whole."""
+    from durability import restore
+
+    def whole(*_: object, **__: object) -> None:
+        raise AssertionError("lost_threads read the whole store")
+
+    monkeypatch.setattr(frames, "threads", whole)
+    monkeypatch.setattr(Scans, "thread_columns", whole)
+    monkeypatch.setattr(Scans, "checkpoint_columns", whole)
+    with durability.open(f"sqlite:///{tmp_path / 's.db'}") as local:
+        local.put(Checkpoint(thread_id="kept"))
+        local.ledger.record_run_start("ledger-only", run_id="run-l", owner="me")
+        plane = pd.DataFrame(
+            {
+                "thread_id": ["kept", "ledger-only", "gone", "gone"],
+                "run_id": ["r1", "r2", "r3", "r4"],
+                "status": ["failed", "failed", "completed", "failed"],
+                "started_at": pd.to_datetime([1, 2, 3, 4], unit="s", utc=True),
+            }
+        )
+        lost = restore.lost_threads(plane, local)
+    assert lost.thread_id.tolist() == ["gone"]
+    assert lost.run_id.tolist() == ["r4"]  # its latest run
+    assert lost.resumable.tolist() == [True]

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from durability.errors import ConfigError
+from durability.errors import ConfigError, InvalidIdError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,13 +80,23 @@ def lost_threads(plane_runs: pd.DataFrame, store: Store) -> pd.DataFrame:
     plus ``resumable`` (the run is parked, failed or stalled: :data:`RESUMABLE`), and come
     resumable first (parked, then failed, then stalled), then the completed ones, each group
     by thread id.
-    """
-    from durability import frames
 
-    local = set(frames.threads(store).thread_id)
+    Only the plane's thread ids are looked up in ``store`` (``store.thread``: a ledger record
+    or a checkpoint), one by one: the cost follows the plane's threads, never the store's.
+    """
+    candidates = plane_runs.thread_id.dropna().astype(str).unique().tolist()
+    local = {t for t in candidates if _held(store, t)}
     missing = plane_runs[~plane_runs.thread_id.isin(local)]
     latest = missing.sort_values(["started_at", "thread_id"]).groupby("thread_id").tail(1)
     status = latest["status"].astype(str)
     rank = status.map({s: n for n, s in enumerate(RESUMABLE)}).fillna(len(RESUMABLE))
     frame = latest.assign(resumable=status.isin(RESUMABLE), _rank=rank)
     return frame.sort_values(["_rank", "thread_id"]).drop(columns="_rank").reset_index(drop=True)
+
+
+def _held(store: Store, thread_id: str) -> bool:
+    """Whether ``store`` knows the thread (an id it could not hold is not held)."""
+    try:
+        return store.thread(thread_id) is not None
+    except InvalidIdError:
+        return False
