@@ -116,6 +116,11 @@ def build(path: Path, checkpoints: int, threads: int) -> float:
         "FROM durability_checkpoints WHERE seq > ?",
         (newest,),
     )
+    # Every row has its outbox row or synced record: the outbox mark is the newest (0150).
+    db.execute(
+        "UPDATE durability_meta SET value = (SELECT CAST(MAX(seq) AS TEXT) "
+        "FROM durability_checkpoints) WHERE key = 'outbox_through'"
+    )
     db.commit()
     db.close()
     return time.perf_counter() - started

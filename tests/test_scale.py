@@ -97,6 +97,12 @@ def bulk(tmp_path_factory: pytest.TempPathFactory) -> Bulk:
         "INSERT INTO durability_threads (tkey, thread_id, owner, started_at) VALUES (?, ?, ?, ?)",
         ledger,
     )
+    # Every row queued in the outbox, as the store's first read of it would (decision 0150).
+    db.execute(
+        "INSERT INTO durability_outbox (seq, project_id) "
+        "SELECT seq, project_id FROM durability_checkpoints"
+    )
+    db.execute("UPDATE durability_meta SET value = ? WHERE key = 'outbox_through'", (str(seq),))
     pending = {s for s in range(1, seq + 1) if s > seq - 50 or s % 1000 == 7}
     quarantined = {s for s in range(1, seq + 1) if s % 1500 == 3}
     done = [s for s in range(1, seq + 1) if s not in pending | quarantined]

@@ -22,6 +22,8 @@ import durability
 from durability import analyses, frames, simulate
 from durability.analyses import charts
 from durability.analyses.forecast import fit
+from durability.errors import ConfigError
+from durability.frames.columns import MAX_ROWS_ENV
 from durability.model import Checkpoint
 from durability.settings import Settings
 from durability.stores.base import Store
@@ -258,3 +260,17 @@ def test_lost_threads_look_up_only_the_plane_s_ids(
     assert lost.thread_id.tolist() == ["gone"]
     assert lost.run_id.tolist() == ["r4"]  # its latest run
     assert lost.resumable.tolist() == [True]
+
+
+def test_a_retention_frame_past_the_cap_is_refused_naming_the_plan_s_counts(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``frames.retention`` of more threads than the cap stops and names ``groups()`` and
+    ``to_frame(action=..., limit=N)``; under the cap it is the whole plan."""
+    now = T0 + timedelta(days=12)
+    monkeypatch.setenv(MAX_ROWS_ENV, str(THREADS - 1))
+    with pytest.raises(ConfigError, match=r"frames\.retention.*groups\(\).*limit=N"):
+        frames.retention(store, Settings(), now)
+    monkeypatch.setenv(MAX_ROWS_ENV, str(THREADS))
+    whole = frames.retention(store, Settings(), now)
+    assert len(whole) == plan_sweep(store, Settings(), now).thread_count == THREADS

@@ -28,6 +28,8 @@ from durability.stores.sql import SQLStore, rebuild
 from durability.stores.sql.migrations import MIGRATIONS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store-v9.db"
+#: The same store written by the release before version 16 (the outbox row added by a trigger).
+FIXTURE_V15 = Path(__file__).parent / "fixtures" / "store-v15.db"
 #: The fixture's outbox columns, as version 9 kept them in the checkpoints table.
 OLD_STATE = "seq, synced, sync_error, attempts, last_error, synced_at"
 TABLES = ("durability_checkpoints", "durability_writes", "durability_connections")
@@ -55,9 +57,10 @@ def expected_entries() -> dict[int, tuple[Any, ...]]:
     }
 
 
-def check_upgraded(store: SQLStore) -> None:
-    """Every row, its outbox state and the pending write survive; the drain order, a new put's
-    fresh seq and the triggers that keep the outbox in step work on the upgraded store."""
+def check_upgraded(store: SQLStore, expected: dict[int, tuple[Any, ...]] | None = None) -> None:
+    """Every row, its outbox state (``expected``: the v9 fixture's) and the pending write
+    survive; the drain order, a new put's fresh seq and the outbox's upkeep on puts and
+    deletes work on the upgraded store."""
     store.ready()
     assert store.applied_migrations() == list(range(1, len(MIGRATIONS) + 1))
     entries = {
@@ -70,7 +73,7 @@ def check_upgraded(store: SQLStore) -> None:
         )
         for e in store.outbox.entries()
     }
-    assert entries == expected_entries()
+    assert entries == (expected_entries() if expected is None else expected)
     assert [cp.checkpoint_id for cp in store.history("alpha")] == ["a1", "a2", "a3"]
     assert store.latest("alpha", "sub").state == {"step": "s1", "tags": ["a", "b"]}  # type: ignore[union-attr]
     assert store.latest("x" * 10_000).checkpoint_id == "long"  # type: ignore[union-attr]
@@ -161,14 +164,9 @@ def test_a_large_store_waits_for_the_migrate_command_which_resumes(
         assert store.applied_migrations() == list(range(1, 10)), "the refusal changed nothing"
         plan = CliRunner().invoke(cli, ["store", "migrate", url, "--plan", "--json"])
         assert plan.exit_code == 0, plan.output
-        assert [s["version"] for s in json.loads(plan.output)["pending"]] == [
-            10,
-            11,
-            12,
-            13,
-            14,
-            15,
-        ]
+        assert [s["version"] for s in json.loads(plan.output)["pending"]] == list(
+            range(10, len(MIGRATIONS) + 1)
+        )
         assert json.loads(plan.output)["rows"] == 8
 
         def stop(done: int, total: int) -> None:
@@ -186,3 +184,48 @@ def test_a_large_store_waits_for_the_migrate_command_which_resumes(
     with durability.open(url, settings=Settings()) as store:
         assert isinstance(store, SQLStore)
         check_upgraded(store)
+
+
+def v15_entries(path: Path) -> dict[int, tuple[Any, ...]]:
+    """Per seq, what version 15's tables say of the row (read with SQL, not the store)."""
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(
+            "SELECT c.seq, CASE WHEN o.seq IS NULL THEN 'synced' WHEN o.sync_error IS NOT NULL "
+            "THEN 'quarantined' ELSE 'pending' END, o.sync_error, "
+            "COALESCE(o.attempts, s.attempts, 0), "
+            "CASE WHEN o.seq IS NULL THEN s.last_error ELSE o.last_error END, "
+            "COALESCE(o.synced_at, s.synced_at) FROM durability_checkpoints c "
+            "LEFT JOIN durability_outbox o ON o.seq = c.seq "
+            "LEFT JOIN durability_synced s ON s.seq = c.seq"
+        ).fetchall()
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_a_sqlite_store_of_version_15_upgrades_to_outbox_rows_queued_in_batches(
+    tmp_path: Path,
+) -> None:
+    """Version 16 drops the put's outbox trigger and starts the mark at the newest row: every
+    outbox record of the release before survives, and a row put afterwards has no outbox row
+    until the outbox is read, which shows it pending and queues it."""
+    path = tmp_path / "v15.db"
+    shutil.copy(FIXTURE_V15, path)
+    expected = v15_entries(path)
+    assert {seq: e[0] for seq, e in expected.items()} == {
+        seq: e[0] for seq, e in expected_entries().items()
+    }, "the fixture holds the v9 fixture's states"
+    with durability.open(f"sqlite:///{path}", settings=Settings()) as store:
+        assert isinstance(store, SQLStore)
+        store.ready()
+        with sqlite3.connect(path) as raw:
+            triggers = raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            assert "durability_outbox_put" not in {name for (name,) in triggers}
+            assert raw.execute(
+                "SELECT value FROM durability_meta WHERE key = 'outbox_through'"
+            ).fetchone() == ("8",)
+        check_upgraded(store, expected)
+        fresh = store.put(Checkpoint(thread_id="delta", checkpoint_id="d1", project_id="p1"))
+        with sqlite3.connect(path) as raw:
+            queued = "SELECT count(*) FROM durability_outbox WHERE seq = ?"
+            assert raw.execute(queued, (fresh.seq,)).fetchone() == (0,), "the put wrote none"
+            assert store.outbox.entries(thread_id="delta")[0].state == "pending"
+            assert raw.execute(queued, (fresh.seq,)).fetchone() == (1,), "the read queued it"

@@ -192,6 +192,7 @@ AGGREGATES = {
     "threads": "frames.owners or frames.top_threads",
     "outbox": "frames.outbox_states or frames.outbox_rows",
     "runs": "frames.runs(store, sample=N)",
+    "retention": "sweep.plan_sweep(store).groups() or .to_frame(action=..., limit=N)",
 }
 
 
@@ -230,6 +231,18 @@ def collect(
         for name in names:
             parts[name].append(chunk[name])
     return {name: joined(found) for name, found in parts.items()}
+
+
+def check_cap(whole: str, rows: int) -> None:
+    """Refuse to build the whole-store frame ``whole`` of ``rows`` rows past :func:`row_cap`,
+    naming what answers at any size (:data:`AGGREGATES`), as :func:`collect` does."""
+    cap = row_cap()
+    if rows > cap:
+        raise ConfigError(
+            f"cannot build frames.{whole}: the store holds more than {cap:,} of its rows, "
+            f"too many to load; use {AGGREGATES[whole]} (counted or ranked in the store), or "
+            f"raise {MAX_ROWS_ENV} to load them all"
+        )
 
 
 def joined(parts: list[Any]) -> Any:

@@ -18,6 +18,7 @@ from durability.frames.columns import (
     OUTBOX_STATES,
     SPAN,
     booleans,
+    check_cap,
     collect,
     empty,
     in_order,
@@ -282,9 +283,12 @@ def retention(
     Each row says what a sweep at ``now`` (default: the store's clock) with ``settings``
     (default: the store's) would do with the thread — ``delete``, ``spared`` (a live park,
     lease or unreplicated rows, named in ``owner``), ``not_due`` or ``skipped`` — and why.
-    Nothing is deleted.
+    Nothing is deleted. A plan of more threads than ``DURABILITY_FRAME_MAX_ROWS`` is refused:
+    its ``groups()`` and ``to_frame(action=…, limit=N)`` answer at any size.
     """
-    return plan_sweep(store, settings, now).to_frame()
+    plan = plan_sweep(store, settings, now)
+    check_cap("retention", plan.thread_count)
+    return plan.to_frame()
 
 
 def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:

@@ -132,6 +132,11 @@ class SweepPlan:
             )
         )
 
+    @property
+    def thread_count(self) -> int:
+        """How many threads (rows) the plan holds."""
+        return len(self._columns["thread_id"])
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SweepPlan):
             return NotImplemented

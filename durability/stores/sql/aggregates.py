@@ -21,6 +21,7 @@ from durability.stores.aggregates import (
 )
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.outbox import tables_of
+from durability.stores.sql.outbox_queue import catch_up, through
 from durability.stores.sql.schema import SWEEP_INDEX, threads
 
 if TYPE_CHECKING:
@@ -143,6 +144,7 @@ class SQLAggregates(Aggregates):
     def _missing_rows(self) -> Table:
         # The outbox holds exactly the rows the plane lacks: each thread's first one, then one
         # walk of that thread's rows on the per-thread index, its row by key for the id.
+        catch_up(self.store)
         table, box, _ = tables_of(self.store)
         ledger = self.store.db.table(threads.name)
         firsts = (
@@ -175,6 +177,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         # The outbox holds the pending and quarantined rows (few); every other checkpoint is
         # synced: the store's totals (the per-thread index) less the outbox's, its attempts
         # those of the synced records (a delete removes a checkpoint's records with it).
+        catch_up(self.store)
         table, box, done = tables_of(self.store)
         states = (
             f"SELECT CASE WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END "  # noqa: S608
@@ -188,6 +191,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         )
         rows = self._answer("count the outbox by state", states)
         sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
+        self._add_unqueued(sums)
         count, size = self._store_totals()
         synced = [count - sum(v[0] for v in sums.values()), size - sum(v[1] for v in sums.values())]
         if synced[0] > 0:
@@ -195,11 +199,26 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
             sums["synced"] = [*synced, int(tried or 0)]
         return outbox_table(sums)
 
+    def _add_unqueued(self, sums: dict[str, list[int]]) -> None:
+        """SQLite: rows put since the catch-up, above the outbox mark, are pending too."""
+        if not self.store.db.sqlite:
+            return
+        query = (
+            f"SELECT COUNT(*), CAST(SUM(size_bytes) AS BIGINT) FROM {self.store.sql.table} "  # noqa: S608
+            f"WHERE seq > {through(self.store)}"
+        )
+        count, size = self._answer("count the rows not yet queued", query)[0]
+        if count:
+            pending = sums.setdefault("pending", [0, 0, 0])
+            pending[0] += int(count)
+            pending[1] += int(size or 0)
+
     def _spans_sql(self) -> str:
         """Each row's span (``b`` start, ``l`` end, ``created``): its outbox row or synced record
         by key for each checkpoint of the per-thread index (no table read); rows synced with no
         recorded time left out."""
         _, box, done = tables_of(self.store)
+        queued = through(self.store)  # a row above the mark has no outbox row yet: pending
         began = (
             "COALESCE(CASE WHEN o.seq IS NULL THEN s.pending_since ELSE o.pending_since END, "
             "c.created_at)"
@@ -209,12 +228,13 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
   FROM {self._by_thread("c")} LEFT JOIN {box} o ON o.seq = c.seq
   LEFT JOIN {done} s ON s.seq = c.seq
   WHERE (o.seq IS NOT NULL AND o.sync_error IS NULL) OR o.synced_at IS NOT NULL
-     OR s.synced_at IS NOT NULL"""  # noqa: S608 - quoted identifiers only
+     OR s.synced_at IS NOT NULL OR (o.seq IS NULL AND c.seq > {queued})"""  # noqa: S608 - quoted identifiers only
 
     @reconnecting
     def _pending_spans(self, step: int, origin: int) -> dict[tuple[int, int | None], list[int]]:
         # Grouped after the spans covering no instant are dropped: the database sorts only the
         # spans that cross an instant (a few per instant), not every row.
+        catch_up(self.store)
         mark = self.store.db.mark
 
         def index(at: str) -> str:  # the ceiling of (at - origin) / step, for either sign

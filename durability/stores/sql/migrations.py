@@ -19,6 +19,7 @@ from durability.stores.sql.schema import (
     BY_ID_INDEX,
     ID_INDEX_CHARS,
     KEY_INDEXES,
+    OUTBOX_MARK_KEY,
     SWEEP_INDEX,
     checkpoint_table,
     checkpoints,
@@ -299,6 +300,24 @@ def _rebuilt_table(conn: SAConnection) -> None:
         swap(conn, outbox_triggers(conn))
 
 
+def _outbox_queued_in_batches(conn: SAConnection) -> None:
+    """Version 16 (SQLite): a put no longer adds its outbox row (the insert trigger goes);
+    rows above the ``outbox_through`` mark are queued in one statement before the outbox is
+    read (see :mod:`.outbox_queue`, decision 0150). Every row stored so far already has its
+    outbox row or synced record, so the mark starts at the newest seq. Postgres keeps its
+    trigger."""
+    if conn.dialect.name != "sqlite":
+        return
+    conn.exec_driver_sql("DROP TRIGGER IF EXISTS durability_outbox_put")
+    table, meta = (_qualified(conn, t.name) for t in (checkpoints, meta_table))
+    conn.exec_driver_sql(
+        f"INSERT INTO {meta} (key, value) "  # noqa: S608
+        f"SELECT ?, CAST(coalesce(max(seq), 0) AS TEXT) FROM {table} WHERE true "
+        "ON CONFLICT (key) DO NOTHING",
+        (OUTBOX_MARK_KEY,),
+    )
+
+
 #: The ordered, additive migrations; the index + 1 is the version recorded in the store.
 MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("base tables", _base),
@@ -316,6 +335,7 @@ MIGRATIONS: Sequence[tuple[str, Callable[[SAConnection], None]]] = (
     ("thread id index", _thread_id_index),
     ("erase requests", _erase_requests),
     ("checkpoints table rebuilt", _rebuilt_table),
+    ("outbox queued in batches", _outbox_queued_in_batches),
 )
 
 

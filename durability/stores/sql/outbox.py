@@ -1,10 +1,11 @@
 """The SQL store's outbox: the ``durability_outbox`` and ``durability_synced`` tables, and
 connection records.
 
-A pending or quarantined checkpoint has a narrow row in ``durability_outbox`` (a trigger adds
-it with the checkpoint); an acknowledgement moves it to ``durability_synced``. The drain reads
-the outbox in ``seq`` order joined to the checkpoints by primary key, and never rewrites a
-checkpoint row.
+A pending or quarantined checkpoint has a narrow row in ``durability_outbox`` (Postgres: a
+trigger adds it with the checkpoint; SQLite: rows put since the last read are queued in one
+statement before the outbox is read or changed, see :mod:`.outbox_queue`); an acknowledgement
+moves it to ``durability_synced``. The drain reads the outbox in ``seq`` order joined to the
+checkpoints by primary key, and never rewrites a checkpoint row.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from durability.stores.outbox import (
 )
 from durability.stores.rows import EncodedCheckpoint
 from durability.stores.sql.engine import reconnecting
+from durability.stores.sql.outbox_queue import catch_up, queue_new_rows, through
 from durability.stores.sql.schema import (
     checkpoints,
     connections,
@@ -43,7 +45,9 @@ from durability.stores.sql.statements import encoded
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
 
-#: An entry's columns over ``checkpoints c LEFT JOIN outbox o LEFT JOIN synced s`` (by seq).
+#: An entry's columns over ``checkpoints c LEFT JOIN outbox o LEFT JOIN synced s`` (by seq);
+#: ``{through}`` is the outbox mark (:func:`entry_sql` fills it in): a row above it has no
+#: outbox row yet and is pending.
 ENTRY_SQL = {
     "thread_id": "c.thread_id",
     "checkpoint_id": "c.checkpoint_id",
@@ -52,7 +56,7 @@ ENTRY_SQL = {
     "project_id": "c.project_id",
     "created_at": "c.created_at",
     "size_bytes": "c.size_bytes",
-    "synced": "(o.seq IS NULL OR o.sync_error IS NOT NULL)",
+    "synced": "((o.seq IS NULL AND c.seq <= {through}) OR o.sync_error IS NOT NULL)",
     "sync_error": "o.sync_error",
     "attempts": "COALESCE(o.attempts, s.attempts, 0)",
     "last_error": "CASE WHEN o.seq IS NULL THEN s.last_error ELSE o.last_error END",
@@ -64,9 +68,15 @@ _ENTRY_COLUMNS = tuple(ENTRY_SQL)
 #: Which rows of the join each state is.
 _STATE_SQL = {
     "pending": "o.seq IS NOT NULL AND o.sync_error IS NULL",
-    "synced": "o.seq IS NULL",
+    "synced": "o.seq IS NULL AND c.seq <= {through}",
     "quarantined": "o.sync_error IS NOT NULL",
 }
+
+
+def entry_sql(store: SQLStore) -> dict[str, str]:
+    """:data:`ENTRY_SQL` with the store's outbox mark filled in."""
+    mark = through(store)
+    return {name: sql.replace("{through}", mark) for name, sql in ENTRY_SQL.items()}
 
 
 def entry_join(table: str, outbox: str, synced: str, *, unsent: bool = False) -> str:
@@ -97,6 +107,7 @@ class SQLOutbox(Outbox):
         # thread closes the store, and closing a SQLite connection in use crashes the process,
         # whereas a checked-out pooled one is only closed when returned.
         sql, db = self.store.sql, self.store.db
+        catch_up(self.store)
         table, box, _ = tables_of(self.store)
         where = "o.sync_error IS NULL"
         params: list[Any] = []
@@ -121,6 +132,7 @@ class SQLOutbox(Outbox):
         mark = self.store.sql.mark
         attempts, error = ("attempts + 1", "NULL") if attempt else ("attempts", "last_error")
         with self.store.db.write("mark rows synced") as conn:
+            queue_new_rows(self.store, conn)
             for chunk in chunks([seq for _, seq in keys]):
                 marks = ", ".join([mark] * len(chunk))
                 conn.exec_driver_sql(
@@ -157,6 +169,7 @@ class SQLOutbox(Outbox):
             .values(sync_error=sa.bindparam("reason"), synced_at=to_micros(now))
         )
         with self.store.db.write("quarantine rows") as conn:
+            queue_new_rows(self.store, conn)
             conn.execute(
                 stmt, [{"row_seq": seq, "reason": reason} for (_, seq), reason in reasons.items()]
             )
@@ -164,6 +177,7 @@ class SQLOutbox(Outbox):
     def _record_attempt(self, keys: list[RowKey], error: str | None) -> None:
         o = outbox_table.c
         with self.store.db.write("record a send attempt") as conn:
+            queue_new_rows(self.store, conn)
             for chunk in chunks([seq for _, seq in keys]):
                 conn.execute(
                     outbox_table.update()
@@ -212,7 +226,7 @@ class SQLOutbox(Outbox):
         where: list[str] = []
         params: list[Any] = []
         if query.state is not None:
-            where.append(_STATE_SQL[query.state])
+            where.append(_STATE_SQL[query.state].replace("{through}", through(self.store)))
         if query.project_id is not None:
             where.append(f"c.project_id = {mark}")
             params.append(query.project_id)
@@ -223,9 +237,9 @@ class SQLOutbox(Outbox):
             where.append(f"c.seq > {mark}")
             params.append(query.after_seq)
         unsent = query.state in ("pending", "quarantined")
-        sql = (
-            f"SELECT {', '.join(ENTRY_SQL.values())} {entry_join(table, box, done, unsent=unsent)}"
-        )
+        catch_up(self.store)
+        columns = ", ".join(entry_sql(self.store).values())
+        sql = f"SELECT {columns} {entry_join(table, box, done, unsent=unsent)}"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY c.seq"
@@ -237,6 +251,7 @@ class SQLOutbox(Outbox):
 
     @reconnecting
     def _unreplicated(self) -> dict[str, int]:
+        catch_up(self.store)
         table, box, _ = tables_of(self.store)
         query = (
             f"SELECT c.thread_id, COUNT(*) FROM {box} o JOIN {table} c ON c.seq = o.seq "  # noqa: S608
@@ -297,6 +312,7 @@ class SQLOutbox(Outbox):
     @reconnecting
     def _summary(self) -> list[OutboxSummary]:
         # The outbox's rows alone (metrics scrape this): never a synced row.
+        catch_up(self.store)
         table, box, _ = tables_of(self.store)
         query = (
             "SELECT o.project_id, o.sync_error IS NULL, COUNT(*), SUM(c.size_bytes), "  # noqa: S608

@@ -26,7 +26,8 @@ from durability.stores.scans import (
 )
 from durability.stores.sql.aggregates import SQLAggregates
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import ENTRY_SQL, entry_join, tables_of
+from durability.stores.sql.outbox import entry_join, entry_sql, tables_of
+from durability.stores.sql.outbox_queue import catch_up
 from durability.stores.sql.schema import (
     ID_INDEX_CHARS,
     SWEEP_INDEX,
@@ -138,9 +139,13 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
     ) -> Iterator[Columns]:
         db, sql = self.store.db, self.store.sql
         # The outbox state comes from the outbox tables, joined only when it is asked for.
-        names = [ENTRY_SQL[c] if c in ("synced", "sync_error") else f"c.{c}" for c in columns]
+        outbox = {"synced", "sync_error"} & set(columns)
+        if outbox:
+            catch_up(self.store)
+        entry = entry_sql(self.store)
+        names = [entry[c] if c in ("synced", "sync_error") else f"c.{c}" for c in columns]
         query = f"SELECT {', '.join(names)} "
-        if {"synced", "sync_error"} & set(columns):
+        if outbox:
             query += entry_join(*tables_of(self.store))
         else:
             query += f"FROM {sql.table} c"
@@ -197,7 +202,9 @@ WHERE t.tkey IS NULL
   ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
 
     def _outbox_columns(self, chunk_size: int) -> Iterator[Columns]:
-        query = f"SELECT {', '.join(ENTRY_SQL[c] for c in OUTBOX_COLUMNS)} "
+        catch_up(self.store)
+        entry = entry_sql(self.store)
+        query = f"SELECT {', '.join(entry[c] for c in OUTBOX_COLUMNS)} "
         query += entry_join(*tables_of(self.store))
         for rows in self.store.db.stream("read outbox columns", query, [], chunk_size):
             yield columns_of(OUTBOX_COLUMNS, rows)

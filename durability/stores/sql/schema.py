@@ -70,7 +70,8 @@ def checkpoint_table(md: sa.MetaData, *, outbox: bool) -> sa.Table:
 checkpoints = checkpoint_table(metadata, outbox=False)
 
 #: The rows the plane does not have: pending, or quarantined (``sync_error`` set, with the time
-#: of the refusal in ``synced_at``). A put inserts one (a trigger on the checkpoints table), an
+#: of the refusal in ``synced_at``). A put inserts one (Postgres: a trigger on the checkpoints
+#: table; SQLite: queued in batches before the outbox is read, see ``outbox_queue.py``), an
 #: acknowledgement moves it to :data:`synced_table`, and deleting the checkpoint deletes it: narrow
 #: rows, so the drain never rewrites a 2 KB checkpoint to flip a flag.
 outbox_table = sa.Table(
@@ -209,6 +210,9 @@ erase_requests = sa.Table(
 SECRET_KEY = "erasure_secret"  # noqa: S105 - the name of a meta row, not a secret
 #: The meta key of the SQLite store's seq floor: a new seq is above it (see ``rebuild.py``).
 SEQ_FLOOR_KEY = "seq_floor"
+#: The meta key of the SQLite store's outbox mark: rows above it have no outbox row yet (see
+#: ``outbox_queue.py``).
+OUTBOX_MARK_KEY = "outbox_through"
 
 sa.Index("ix_durability_threads_due", threads.c.due_at)
 

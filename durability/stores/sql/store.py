@@ -44,9 +44,11 @@ from durability.stores.sql.engine import (
 from durability.stores.sql.ledger import SQLLedger, SQLParks, lease_of
 from durability.stores.sql.migrations import MigrationPlan, migrate, pending
 from durability.stores.sql.outbox import SQLOutbox
+from durability.stores.sql.outbox_queue import queue_new_rows, raise_mark
 from durability.stores.sql.rebuild import REBUILD_VERSION, Progress, rebuild_in_batches, rows_left
 from durability.stores.sql.scans import SQLScans
 from durability.stores.sql.schema import (
+    OUTBOX_MARK_KEY,
     SECRET_KEY,
     SEQ_FLOOR_KEY,
     checkpoint_key,
@@ -225,10 +227,10 @@ class SQLStore(Store):
                 outbox_history,
             ):
                 conn.execute(table.delete())
-            # The erasure secret stays (other handles hold it already), and the seq floor.
-            conn.execute(
-                meta_table.delete().where(meta_table.c.key.notin_((SECRET_KEY, SEQ_FLOOR_KEY)))
-            )
+            # The erasure secret stays (other handles hold it already), the seq floor and the
+            # outbox mark (every new seq is above both).
+            kept = (SECRET_KEY, SEQ_FLOOR_KEY, OUTBOX_MARK_KEY)
+            conn.execute(meta_table.delete().where(meta_table.c.key.notin_(kept)))
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -246,7 +248,8 @@ class SQLStore(Store):
         self, rows: list[EncodedCheckpoint], synced: bool, *, retry: bool
     ) -> list[int]:
         if len(rows) == 1 and not (retry or synced):
-            # The hot path: one INSERT … RETURNING, autocommitted (its trigger queues the row).
+            # The hot path: one INSERT … RETURNING, autocommitted (the row is pending: see
+            # outbox_queue.py for how it reaches the outbox).
             first = rows[0]
             params = self.sql.insert_params(first, self.tombstones.hash_of(first.thread_id))
             try:
@@ -274,13 +277,17 @@ class SQLStore(Store):
     ) -> list[int]:
         """Insert ``rows`` on ``conn`` (inside the caller's transaction) and return their seqs.
 
-        The outbox trigger queues every row; ``synced`` rows (the plane has them) leave it again
-        in the same transaction.
+        Every row is pending unless ``synced`` (the plane has them): on Postgres the outbox
+        trigger queues every row and synced ones leave it again in the same transaction; on
+        SQLite the rows before them are queued and the outbox mark moves past them
+        (:mod:`.outbox_queue`).
         """
         if retry:
             found = [self._stored_copy(conn, r) for r in rows]
             if all(s is not None for s in found):
                 return [s for s in found if s is not None]
+        if synced:
+            queue_new_rows(self, conn)
         try:
             if len(rows) == 1 or self.db.sqlite:
                 # SQLite: one statement per row, each taking its seq above the floor.
@@ -300,7 +307,9 @@ class SQLStore(Store):
                     f"one of {len(rows)} checkpoints was refused, nothing was written: " + message
                 )
             raise CheckpointConflict(message) from exc
-        if synced:
+        if synced and self.db.sqlite:
+            raise_mark(self, conn)
+        elif synced:
             for chunk in chunks(seqs):
                 conn.execute(outbox_table.delete().where(outbox_table.c.seq.in_(chunk)))
         return seqs
