@@ -101,13 +101,14 @@ def _ended_leases(ctx: Context) -> Iterator[Finding]:
 
 
 def _finished_overdue(ctx: Context) -> Iterator[Finding]:
+    limit = format_age(ctx.overdue)
     for thread_id, due_at in reads.overdue_marks(ctx.store, ctx.now - ctx.overdue, ctx.now):
         late = format_age(ctx.now - due_at)
         yield (
             thread_id,
             [thread_id],
             f"marked finished, due {due_at.isoformat()} ({late} ago, over --overdue "
-            f"{format_age(ctx.overdue)}): the sweep has not run (or keeps sparing it)",
+            f"{limit}): the sweep has not run (or keeps sparing it)",
         )
 
 

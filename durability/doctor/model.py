@@ -97,9 +97,9 @@ class Context:
     #: The plane to compare with (``--plane``), or ``None``.
     replica: Replica | None = None
 
-    @property
+    @cached_property
     def where(self) -> str:
-        """The store's URL with any password hidden (what a fix command names)."""
+        """The store's URL with any password hidden (what a fix command names; once a run)."""
         return redact_url(self.store.url)
 
     @cached_property
