@@ -342,3 +342,21 @@ def test_encryption_coverage_from_a_sample_says_so(bulk: Bulk, store: Store) -> 
     whole = frames.encryption(store, sample=len(bulk.rows))
     assert whole.attrs["sampled"] is None
     pd.testing.assert_frame_equal(whole, frames.encryption(store))
+
+
+def test_live_leases_of_a_sample_in_one_read(store: Store) -> None:
+    """``live_leases``: which of the given threads hold a live lease, SQL and the per-thread
+    default alike (what ``runs(sample=N)`` asks instead of a record per thread)."""
+    asked = ["t-00003", "t-00001", "t-00002", "no-such-thread"]
+    assert store.scans.live_leases(asked, store.clock()) == []
+    store.acquire_lease("t-00001", "worker", "1h", run_id="run-1")
+    store.acquire_lease("t-00002", "worker", "1h", run_id="run-2")
+    try:
+        now = store.clock()
+        assert store.scans.live_leases(asked, now) == ["t-00001", "t-00002"]
+        assert Aggregates(store).live_leases(asked, now) == ["t-00001", "t-00002"]
+        later = now + pd.Timedelta(hours=2).to_pytimedelta()
+        assert store.scans.live_leases(asked, later) == []
+    finally:
+        store.release_lease("t-00001", "worker")
+        store.release_lease("t-00002", "worker")

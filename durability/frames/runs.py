@@ -51,7 +51,7 @@ def runs(
     else:
         chunks = (c for t in picked for c in store.checkpoint_columns(t, columns=names))
         cols = collect(chunks, names)
-        leased = [t for t in picked if _lease_live(store, t)]
+        leased = store.scans.live_leases(picked, store.clock())
     lease_runs = _lease_runs(store, leased)
     parked = {p.thread_id: (p.run_id, p.checkpoint_id) for p in pending_parks(store)}
     rows = [
@@ -98,13 +98,6 @@ def _leased(store: Store) -> list[str]:
         for thread_id, expires in zip(chunk["thread_id"], chunk["lease_expires_at"], strict=True)
         if expires is not None and expires > now_us
     ]
-
-
-def _lease_live(store: Store, thread_id: str) -> bool:
-    record = store.thread(thread_id)
-    return (
-        record is not None and record.lease is not None and record.lease.expires_at > store.clock()
-    )
 
 
 def plane_runs(connection: Any) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from durability.clock import to_micros
@@ -138,6 +139,20 @@ class Aggregates(Capability):
             )
         self.store.ready()
         return self._sample_columns(sample, random.Random(seed), tuple(columns))
+
+    def live_leases(self, thread_ids: Sequence[str], now: datetime) -> list[str]:
+        """Which of these threads hold a lease still live at ``now``, in the order given: one
+        read of their ledger records on SQL, a record per thread elsewhere."""
+        self.store.ready()
+        return self._live_leases(list(thread_ids), now)
+
+    def _live_leases(self, thread_ids: list[str], now: datetime) -> list[str]:
+        live = []
+        for thread_id in thread_ids:
+            record = self.store.thread(thread_id)
+            if record is not None and record.lease is not None and record.lease.live(now):
+                live.append(thread_id)
+        return live
 
     def missing_rows(self) -> Table:
         """Per thread with a row the plane lacks (pending or quarantined): its checkpoints,

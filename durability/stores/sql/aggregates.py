@@ -7,9 +7,11 @@ list keeps ``top`` rows of that walk and reads only their checkpoints by primary
 from __future__ import annotations
 
 import random
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durability._util import chunks
+from durability.clock import to_micros
 from durability.stores.aggregates import (
     MISSING_ANSWER,
     PENDING_WHY,
@@ -22,7 +24,7 @@ from durability.stores.aggregates import (
 from durability.stores.sql.engine import reconnecting
 from durability.stores.sql.outbox import tables_of
 from durability.stores.sql.outbox_queue import catch_up, through
-from durability.stores.sql.schema import SWEEP_INDEX, threads
+from durability.stores.sql.schema import SWEEP_INDEX, thread_key, threads
 
 if TYPE_CHECKING:
     from durability.stores.sql.store import SQLStore
@@ -139,6 +141,22 @@ class SQLAggregates(Aggregates):
                         found[int(row[0])] = tuple(row[1:])
         rows = list(found.values())
         return {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+
+    @reconnecting
+    def _live_leases(self, thread_ids: list[str], now: datetime) -> list[str]:
+        # The ledger's lease columns of these threads, 500 keys per statement.
+        ledger, mark = self.store.db.table(threads.name), self.store.db.mark
+        live: set[str] = set()
+        with self.store.db.one("find live leases") as conn:
+            for chunk in chunks(sorted(set(thread_ids))):
+                query = (
+                    f"SELECT thread_id FROM {ledger} WHERE tkey IN "  # noqa: S608
+                    f"({', '.join([mark] * len(chunk))}) AND lease_holder IS NOT NULL "
+                    f"AND lease_expires_at > {mark}"
+                )
+                params = (*(thread_key(t) for t in chunk), to_micros(now))
+                live.update(r[0] for r in conn.exec_driver_sql(query, params) if r[0] in chunk)
+        return [t for t in thread_ids if t in live]
 
     @reconnecting
     def _missing_rows(self) -> Table:
