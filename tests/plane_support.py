@@ -18,7 +18,7 @@ import json
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +122,7 @@ class FaultLayer:
         elif fault is None:
             await self.app(scope, receive, send)
         elif isinstance(fault, int):
-            await _read_body(receive)
+            await read_body(receive)
             headers = []
             if fault == 429:
                 headers.append((b"retry-after", b"0"))
@@ -130,7 +130,7 @@ class FaultLayer:
                 headers.append((b"location", b"/elsewhere"))
             await _answer(send, fault, b'{"detail": "injected fault"}', headers)
         elif fault == "drop":
-            await _read_body(receive)
+            await read_body(receive)
             await _cut(send)
         elif fault == "drop-after":
             await self.app(scope, receive, _swallow)
@@ -146,20 +146,13 @@ class FaultLayer:
             raise ValueError(fault)
 
     async def _screen(self, scope: Any, receive: Any, send: Any) -> None:
-        body = await _read_body(receive)
+        body = await read_body(receive)
         carried = {item.get("checkpoint_id") for item in json.loads(body)["checkpoints"]}
         refusal = next((s for cid, s in self.refuse_carrying.items() if cid in carried), None)
         if refusal is not None:
             await _answer(send, refusal, b'{"detail": "injected refusal"}')
             return
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        replay = replayed(body)
 
         start: dict[str, Any] = {}
         chunks: list[bytes] = []
@@ -183,7 +176,22 @@ class FaultLayer:
         await _answer(send, start["status"], answer)
 
 
-async def _read_body(receive: Any) -> bytes:
+def replayed(body: bytes) -> Callable[[], Awaitable[Any]]:
+    """An ASGI ``receive`` that hands an app ``body`` once (a request read before it is passed
+    on), then says the client went away."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def read_body(receive: Any) -> bytes:
     """Read the whole request body."""
     body = b""
     while True:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from plane_support import NO_LOCAL_CAPS
+from plane_support import NO_LOCAL_CAPS, read_body, replayed
 
 import durability
 from durability import Checkpoint
@@ -74,12 +74,7 @@ class Recorder:
         if scope["type"] != "http" or scope["path"] != INGEST:
             await self.app(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         items = [(i["execution_id"], i["sequence"]) for i in json.loads(body)["checkpoints"]]
         with self.lock:
             request = Request(len(self.requests) + 1, items)
@@ -107,14 +102,7 @@ class Recorder:
             await send(start)
             await send({"type": "http.response.body", "body": b'{"detail": "scripted"}'})
             return
-        sent = False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        replay = replayed(body)
 
         async def recorded(message: Any) -> None:
             if message["type"] == "http.response.start":
