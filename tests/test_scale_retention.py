@@ -274,3 +274,31 @@ def test_a_retention_frame_past_the_cap_is_refused_naming_the_plan_s_counts(
     monkeypatch.setenv(MAX_ROWS_ENV, str(THREADS))
     whole = frames.retention(store, Settings(), now)
     assert len(whole) == plan_sweep(store, Settings(), now).thread_count == THREADS
+
+
+def test_thinning_a_few_threads_asks_the_outbox_about_them_alone(
+    bulk: Bulk,  # noqa: F811 - the fixture imported above
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rows the plane lacks protect a chosen thread's checkpoints as they do in the whole
+    plan, and the outbox is asked thread by thread, never listed whole."""
+    from durability.stores.outbox import Outbox
+    from durability.sweep.thin import plan_thin
+
+    unsent = bulk.pending | bulk.quarantined
+    chosen = [*sorted({t for t, *_, seq, _o in bulk.rows if seq in unsent})[-5:], "t-00002"]
+    whole = {r.thread_id: r for r in plan_thin(store, keep_latest=1).rows}
+    entries = Outbox.entries
+
+    def by_thread(self: Outbox, **query: Any) -> Any:
+        assert query.get("thread_id") is not None, "the whole outbox was listed"
+        return entries(self, **query)
+
+    monkeypatch.setattr(Outbox, "entries", by_thread)
+    monkeypatch.setattr(Outbox, "__call__", by_thread)
+    few = plan_thin(store, keep_latest=1, threads=chosen)
+    chosen.sort()
+    assert [r.thread_id for r in few.rows] == chosen
+    assert list(few.rows) == [whole[t] for t in chosen]
+    assert any(r.checkpoints - r.dropped > 2 for r in few.rows)  # unsent rows kept
