@@ -211,3 +211,104 @@ def test_a_record_durability_never_writes_is_refused_naming_the_file(
     message = str(refused.value)
     assert "zz-bad.jsonl.gz" in message
     assert "move the file out" in message
+
+
+def _swept_archive(tmp_path: Path, batches: int) -> Path:
+    """A sweep of ``batches`` batches of finished threads (checkpoints, writes and ledger
+    records), the last batch archived a second time; the archive directory."""
+    from durability.archive.format import ArchiveWriter
+    from durability.stores.rows import Select
+
+    url = f"sqlite:///{tmp_path / 'swept.db'}"
+    directory = tmp_path / "ar"
+    with durability.open(url, settings=SETTINGS) as store:
+        for t in range(batches * 3):
+            thread = f"t{t:02}"
+            store.put_many([Checkpoint(thread_id=thread, state={"i": i}) for i in range(t % 4 + 1)])
+            store.record_run_start(thread, run_id=f"r{t}", owner=f"o{t % 2}")
+            store.mark_finished(thread)
+        last = [f"t{t:02}" for t in range(batches * 3 - 3, batches * 3)]
+        again = [r for t in last for r in store._select(Select(t, None))]
+        records = [store.thread(t) for t in last]
+        sweep(store, now=datetime.now(UTC) + timedelta(days=8), archive=directory, batch_size=3)
+    writer = ArchiveWriter(directory, source=url, provider="sqlite", now=datetime.now(UTC))
+    writer.write_batch([r for r in records if r is not None], again, [], datetime.now(UTC))
+    writer.close()
+    return directory
+
+
+def _threads_seen(directory: Path) -> dict[str, Any]:
+    with durability.open(f"archive:///{directory}") as read:
+        return {
+            r.thread_id: (r.checkpoints, r.size_bytes, r.newest_at, r.newest_seq, r.owner, r.due_at)
+            for r in read.iter_threads()
+        } | {"contents": _contents(read)}
+
+
+def test_an_archive_opens_from_its_index_and_reads_the_same_as_scanning_it(
+    tmp_path: Path,
+) -> None:
+    """Each archive file has an index beside it; opening from it gives every thread's counts,
+    bytes, newest time and seq, ledger record and rows exactly as scanning the file does."""
+    directory = _swept_archive(tmp_path, 4)
+    indexes = sorted(directory.glob("*.jsonl.gz.index"))
+    assert len(indexes) == 2, "one per archive file"
+    from_index = _threads_seen(directory)
+    assert len(from_index) == 13
+    for index in indexes:
+        index.unlink()
+    assert _threads_seen(directory) == from_index
+
+
+def test_opening_an_indexed_archive_reads_the_index_not_the_batches(tmp_path: Path) -> None:
+    """A batch damaged on disk is not read while opening an indexed archive (every thread is
+    listed from the index); the same archive without its index stops at the damage."""
+    _write_archive(tmp_path / "ar", 6, 4, 10)
+    (path,) = (tmp_path / "ar").glob("*.jsonl.gz")
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 8] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    with durability.open(f"archive:///{tmp_path / 'ar'}") as read:
+        assert len(list(read.iter_threads())) == 24
+    Path(f"{path}.index").unlink()
+    with durability.open(f"archive:///{tmp_path / 'ar'}") as read:
+        assert len(list(read.iter_threads())) < 24
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda lines: lines[:-1],  # the sweep was killed between a batch and its index line
+        lambda lines: [*lines[:-1], lines[-1][: len(lines[-1]) // 2]],  # a line cut short
+        lambda lines: [*lines[:2], b'{"offset": 0, "length": 1}', *lines[2:]],  # out of place
+        lambda lines: [
+            lines[0],
+            lines[1].replace(b'"threads":{', b'"threads":{"x":["1",0,null,0],'),
+        ],
+        lambda lines: [b'{"kind":"header","format":"durability-archive-index","version":9}'],
+        lambda lines: [b"junk"],
+        lambda lines: [],
+    ],
+)
+def test_an_index_that_falls_short_is_completed_from_the_archive(
+    tmp_path: Path, damage: Any
+) -> None:
+    """Members an index does not list, or lists in a way it cannot be read, are read from the
+    archive itself: the archive reads the same."""
+    directory = _swept_archive(tmp_path, 3)
+    expected = _threads_seen(directory)
+    for index in directory.glob("*.index"):
+        index.write_bytes(b"\n".join(damage(index.read_bytes().splitlines())))
+    assert _threads_seen(directory) == expected
+
+
+def test_a_sweep_that_archives_nothing_leaves_no_files(tmp_path: Path) -> None:
+    """The archive file and its index are both removed when no batch was written."""
+    from durability.archive.format import ArchiveWriter
+
+    writer = ArchiveWriter(
+        tmp_path / "ar", source="memory://", provider="memory", now=datetime.now(UTC)
+    )
+    writer.close()
+    assert list((tmp_path / "ar").iterdir()) == []

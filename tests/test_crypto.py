@@ -232,6 +232,31 @@ def test_coverage_view_frames_chart_and_cli(tmp_path, monkeypatch) -> None:
     assert base64.b64encode(K1).decode() not in result.output
 
 
+def test_encryption_cli_estimates_from_a_sample(tmp_path) -> None:
+    """`durability store encryption --sample N` reads about N envelopes, scales the counts to
+    the store's rows and says it is an estimate; without it every row is read."""
+    import durability
+    from durability.model import Checkpoint
+
+    url = f"sqlite:///{tmp_path / 'sampled.db'}"
+    with durability.open(url, keyring=Keyring({"k1": K1})) as store:
+        for n in range(40):
+            store.put(Checkpoint(thread_id=f"t{n % 8}", state={"n": n}))
+    runner = CliRunner()
+    sampled = runner.invoke(cli, ["store", "encryption", url, "--sample", "10", "--json"])
+    assert sampled.exit_code == 0, sampled.output
+    data = orjson.loads(sampled.stdout)
+    assert 0 < data["sampled"] < 40
+    assert (data["rows"], data["encrypted_rows"]) == (40, 40), "scaled to every row"
+    whole = orjson.loads(runner.invoke(cli, ["store", "encryption", url, "--json"]).stdout)
+    assert whole["sampled"] is None
+    text = runner.invoke(cli, ["store", "encryption", url, "--sample", "10"]).output
+    assert f"(estimated from {data['sampled']} rows)" in text
+    refused = runner.invoke(cli, ["store", "encryption", url, "--sample", "0"])
+    assert refused.exit_code == 2
+    assert "--sample" in refused.output
+
+
 def test_copy_reseals_what_it_moves(tmp_path) -> None:
     """A copy under another thread id re-seals the state and pending writes for the new thread
     (the associated data binds it), and a clear store copied into one that encrypts is sealed."""

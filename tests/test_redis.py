@@ -600,3 +600,23 @@ def test_a_document_whose_number_does_not_fit_in_64_bits_is_refused_when_read(
         assert str(2**64 - 1) in message
         assert cp.checkpoint_id in message
         assert "restore it from a copy" in message
+
+
+def test_the_oldest_entries_of_a_state_match_the_whole_listing(open_redis: Opener) -> None:
+    """`outbox.entries(state=…, limit=N)` reads the state's index window by window; its rows
+    are the first N of the whole listing, ties in write time across windows included."""
+    from durability.clock import FrozenClock
+
+    clock = FrozenClock()
+    store = open_redis(clock=clock)
+    for n in range(260):
+        if n % 7 == 0:
+            clock.advance(timedelta(seconds=1))  # seven rows share each write time
+        store.put(Checkpoint(thread_id=f"t{n % 90:02d}", state={"n": n}))
+    refused = [e for e in store.outbox.entries(state="pending") if e.seq % 3 == 0]
+    store.outbox.mark_quarantined({(e.thread_id, e.seq): "too large" for e in refused})
+    for state in ("pending", "quarantined"):
+        whole = store.outbox.entries(state=state)
+        assert len(whole) >= 80, "past a window of 100 for pending, under it for quarantined"
+        for limit in (1, 7, 20, 99, 100, 101, len(whole), len(whole) + 5):
+            assert store.outbox.entries(state=state, limit=limit) == whole[:limit], (state, limit)

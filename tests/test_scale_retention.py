@@ -274,3 +274,65 @@ def test_a_retention_frame_past_the_cap_is_refused_naming_the_plan_s_counts(
     monkeypatch.setenv(MAX_ROWS_ENV, str(THREADS))
     whole = frames.retention(store, Settings(), now)
     assert len(whole) == plan_sweep(store, Settings(), now).thread_count == THREADS
+
+
+def test_thinning_a_few_threads_asks_the_outbox_about_them_alone(
+    bulk: Bulk,  # noqa: F811 - the fixture imported above
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rows the plane lacks protect a chosen thread's checkpoints as they do in the whole
+    plan, and the outbox is asked thread by thread, never listed whole."""
+    from durability.stores.outbox import Outbox
+    from durability.sweep.thin import plan_thin
+
+    unsent = bulk.pending | bulk.quarantined
+    chosen = [*sorted({t for t, *_, seq, _o in bulk.rows if seq in unsent})[-5:], "t-00002"]
+    whole = {r.thread_id: r for r in plan_thin(store, keep_latest=1).rows}
+    entries = Outbox.entries
+
+    def by_thread(self: Outbox, **query: Any) -> Any:
+        assert query.get("thread_id") is not None, "the whole outbox was listed"
+        return entries(self, **query)
+
+    monkeypatch.setattr(Outbox, "entries", by_thread)
+    monkeypatch.setattr(Outbox, "__call__", by_thread)
+    few = plan_thin(store, keep_latest=1, threads=chosen)
+    chosen.sort()
+    assert [r.thread_id for r in few.rows] == chosen
+    assert list(few.rows) == [whole[t] for t in chosen]
+    assert any(r.checkpoints - r.dropped > 2 for r in few.rows)  # unsent rows kept
+
+
+def test_threads_without_idle_gaps_and_the_sampled_gaps_are_the_whole_frame_s(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``threads(idle_gaps=False)`` is the frame without ``max_idle_gap``; ``idle_gaps`` gives
+    the frame's gaps back, for every thread or a sample of them read by id, and says so."""
+    from durability import plots
+
+    now = T0 + timedelta(days=12)
+    whole = frames.threads(store, now=now)
+    bare = frames.threads(store, now=now, idle_gaps=False)
+    pd.testing.assert_frame_equal(bare, whole.drop(columns="max_idle_gap"))
+    every = frames.idle_gaps(store, bare, sample=None)
+    pd.testing.assert_frame_equal(every, whole)
+    assert every.attrs["sample"] is None
+    assert whole.max_idle_gap.max() > pd.Timedelta(days=8)  # the returning threads
+    asked: list[str | None] = []
+    read = Scans.checkpoint_columns
+
+    def by_id(self: Scans, thread_id: str | None = None, **kwargs: Any) -> Any:
+        asked.append(thread_id)
+        return read(self, thread_id, **kwargs)
+
+    monkeypatch.setattr(Scans, "checkpoint_columns", by_id)
+    sampled = frames.idle_gaps(store, bare, sample=40, seed=3)
+    assert sampled.attrs["sample"] == {"threads": 40, "of": THREADS}
+    assert sorted(asked) == sampled.thread_id.tolist()  # each picked thread, by id
+    expected = whole[whole.thread_id.isin(set(sampled.thread_id))].reset_index(drop=True)
+    pd.testing.assert_frame_equal(sampled, expected)
+    fig = plots.idle_gaps(sampled, "7d")
+    assert f"a sample of 40 of {THREADS:,} threads" in fig.get_suptitle()
+    with pytest.raises(ConfigError, match="sample=0"):
+        frames.idle_gaps(store, bare, sample=0)

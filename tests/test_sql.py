@@ -271,3 +271,24 @@ def test_a_changed_schema_is_reported_with_what_to_check(tmp_path: Path) -> None
     assert message.startswith("cannot read the latest checkpoint")
     assert "durability_checkpoints" in message
     assert "`durability store reset URL` recreates them" in message
+
+
+def test_thread_keys_are_kept_for_short_ids_only_and_up_to_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read hashes a short thread id once; long ids are hashed each time and the kept keys
+    never exceed the bound (then they start over). Every key equals ``thread_key``."""
+    from durability.stores.sql import statements
+
+    monkeypatch.setattr(statements, "_CACHED_KEYS", 3)
+    with open_sqlite(tmp_path / "k.db") as store:
+        long_id = "x" * (statements._CACHED_ID_LENGTH + 1)
+        for thread_id in ("a", "b", long_id, "c"):
+            store.put(Checkpoint(thread_id=thread_id, state={"t": thread_id}))
+            latest = store.latest(thread_id)
+            assert latest is not None
+            assert latest.state == {"t": thread_id}
+            assert store.sql.thread_key(thread_id) == thread_key(thread_id)
+        assert set(store.sql._thread_keys) == {"a", "b", "c"}
+        store.latest("d")  # a fourth short id: the kept keys start over
+        assert set(store.sql._thread_keys) == {"d"}

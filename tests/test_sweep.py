@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given
@@ -28,6 +29,7 @@ from durability.clock import FrozenClock
 from durability.errors import CheckpointDeleteError, ConfigError, SweepError
 from durability.settings import Settings, declare_retention
 from durability.stores import Store
+from durability.stores.scans import Scans, SweepColumns
 from durability.sweep import (
     ACTIONS,
     HORIZONS,
@@ -37,6 +39,8 @@ from durability.sweep import (
     PLAN_COLUMNS,
     REPLICATION_FILTER,
     plan_sweep,
+    plan_sweeps,
+    plans_diff,
     policy_diff,
     register_filter,
     registered_filters,
@@ -917,6 +921,34 @@ def test_policy_diff_lists_the_threads_whose_action_changes(
         "the skipped horizon is reported even when it holds nothing due"
     )
     assert store.has_thread("idle"), "a diff deletes nothing"
+
+
+def test_plans_made_together_read_the_store_once_and_diff_as_policy_diff(
+    store: Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``plan_sweeps`` is ``plan_sweep`` per settings from one read; ``plans_diff`` of its plans
+    is ``policy_diff``; plans not made together are refused."""
+    started(store, "idle", checkpoints=2)
+    finished(store, "marked")
+    clock.advance(10 * DAY)
+    proposed = SETTINGS.update(waiting_retention="7d", finished_retention="1d")
+    expected = [plan_sweep(store, s) for s in (SETTINGS, proposed)]
+    diff = policy_diff(store, SETTINGS, proposed)
+    reads: list[object] = []
+    read = Scans.sweep_columns
+
+    def counted(self: Scans) -> SweepColumns:
+        reads.append(self)
+        return read(self)
+
+    monkeypatch.setattr(Scans, "sweep_columns", counted)
+    plans = plan_sweeps(store, [SETTINGS, proposed])
+    assert len(reads) == 1
+    assert list(plans) == expected
+    pd.testing.assert_frame_equal(plans_diff(*plans), diff)
+    clock.advance(DAY)
+    with pytest.raises(ConfigError, match="plan_sweeps"):
+        plans_diff(plans[0], plan_sweep(store, proposed))
 
 
 # ---------------------------------------------------------------------------- the CLI

@@ -16,6 +16,11 @@ reader stops there). Lines are JSON objects with a ``kind``:
 * ``write``: a pending write, its ``value`` a codec text.
 
 Times are ISO 8601 with an offset. Readers refuse a ``version`` they do not know.
+
+Beside each archive file, ``<file>.index`` lists its members as they are written (after each
+member's ``fsync``): where each is and what it holds per thread, so opening an archive reads the
+index, not every batch. The index is a cache: members it does not list (an older archive, a
+sweep killed between a batch and its index line) are read from the archive itself.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,6 +45,8 @@ from durability.stores.rows import EncodedCheckpoint, EncodedWrite
 ARCHIVE_FORMAT = "durability-archive"
 ARCHIVE_VERSION = 1
 SUFFIX = ".jsonl.gz"
+INDEX_FORMAT = "durability-archive-index"
+INDEX_SUFFIX = ".index"
 
 _CHECKPOINT_FIELDS = [f.name for f in fields(EncodedCheckpoint) if f.name != "seq"]
 _WRITE_FIELDS = [f.name for f in fields(EncodedWrite)]
@@ -64,6 +71,9 @@ class ArchiveWriter:
             "provider": provider,
         }
         self._file = self.path.open("ab")
+        self._index = index_path(self.path).open("ab")
+        self._index.write(_line({"kind": "header", "format": INDEX_FORMAT, "version": 1}))
+        self._offset = 0
         self.checkpoints = 0
         self.writes = 0
 
@@ -85,16 +95,24 @@ class ArchiveWriter:
                 out.write(_line(_checkpoint_line(cp)))
             for w in writes:
                 out.write(_line({"kind": "write", **asdict(w)}))
-        self._file.write(buffer.getvalue())
+        member = buffer.getvalue()
+        self._file.write(member)
         self._file.flush()
         os.fsync(self._file.fileno())
+        # Listed once the member is on disk: the index never names a batch the file lacks.
+        threads = summarize([*records, *checkpoints, *writes])
+        self._index.write(_line(_index_line(self._offset, len(member), threads)))
+        self._index.flush()
+        self._offset += len(member)
         self.checkpoints += len(checkpoints)
         self.writes += len(writes)
 
     def close(self) -> None:
         self._file.close()
+        self._index.close()
         if self.path.stat().st_size == 0:
             self.path.unlink()
+            index_path(self.path).unlink()
 
 
 def _line(value: dict[str, Any]) -> bytes:
@@ -117,6 +135,18 @@ def _checkpoint_line(cp: EncodedCheckpoint) -> dict[str, Any]:
     data = {name: getattr(cp, name) for name in _CHECKPOINT_FIELDS}
     data["created_at"] = cp.created_at.isoformat()
     return {"kind": "checkpoint", **data}
+
+
+def _index_line(offset: int, length: int, threads: dict[str, ThreadSummary]) -> dict[str, Any]:
+    return {
+        "kind": "member",
+        "offset": offset,
+        "length": length,
+        "threads": {
+            t: [s.checkpoints, s.size_bytes, _iso(s.newest_at), s.last] for t, s in threads.items()
+        },
+        "ledger": [_thread_line(s.ledger) for s in threads.values() if s.ledger is not None],
+    }
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -151,6 +181,92 @@ class Member:
     first_seq: int
 
 
+@dataclass(slots=True)
+class ThreadSummary:
+    """What one member holds of one thread: what an archive's index keeps of it."""
+
+    checkpoints: int = 0
+    size_bytes: int = 0
+    newest_at: datetime | None = None
+    #: The thread's last checkpoint's place among the member's checkpoints (from 1; 0: none).
+    last: int = 0
+    ledger: ThreadRecord | None = None
+
+
+def summarize(
+    items: Iterable[ThreadRecord | EncodedCheckpoint | EncodedWrite],
+) -> dict[str, ThreadSummary]:
+    """Per thread, what one member's records hold (every thread with any record)."""
+    found: dict[str, ThreadSummary] = {}
+    place = 0
+    for item in items:
+        summary = found.setdefault(item.thread_id, ThreadSummary())
+        if isinstance(item, EncodedCheckpoint):
+            place += 1
+            summary.checkpoints += 1
+            summary.size_bytes += item.size_bytes
+            summary.last = place
+            if summary.newest_at is None or item.created_at > summary.newest_at:
+                summary.newest_at = item.created_at
+        elif isinstance(item, ThreadRecord):
+            summary.ledger = item
+    return found
+
+
+def index_path(path: Path) -> Path:
+    """The index file beside an archive file."""
+    return path.with_name(path.name + INDEX_SUFFIX)
+
+
+def read_index(path: Path) -> list[tuple[int, int, dict[str, ThreadSummary]]]:
+    """The members of an archive file its index lists: offset, length and per-thread summary,
+    as far as they run on from the file's start and lie within it. ``[]`` without an index or
+    with one this version does not read; whatever it leaves out is read from the file."""
+    try:
+        lines = index_path(path).read_bytes().splitlines()
+        size = path.stat().st_size
+    except OSError:
+        return []
+    members: list[tuple[int, int, dict[str, ThreadSummary]]] = []
+    end = 0
+    try:
+        header = json.loads(lines[0])
+        if header.get("format") != INDEX_FORMAT or header.get("version") != 1:
+            return []
+        for raw in lines[1:]:
+            data = json.loads(raw)
+            offset, length = data["offset"], data["length"]
+            if offset != end or not 0 < length <= size - offset:
+                break
+            members.append((offset, length, _summaries(data, path)))
+            end = offset + length
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+        IndexError,
+        CheckpointStoreFormatError,
+    ):
+        pass  # a line cut short or damaged: the members after the last whole one are read
+    return members
+
+
+def _summaries(data: dict[str, Any], path: Path) -> dict[str, ThreadSummary]:
+    found: dict[str, ThreadSummary] = {}
+    for thread_id, (checkpoints, size_bytes, newest_at, last) in data["threads"].items():
+        numbers = (checkpoints, size_bytes, last)
+        if not all(type(n) is int and n >= 0 for n in numbers):
+            raise TypeError(f"counts {numbers!r} are not counts")
+        found[thread_id] = ThreadSummary(checkpoints, size_bytes, parse_aware(newest_at), last)
+    for line in data["ledger"]:
+        record = _parse(dict(line), path)
+        if not isinstance(record, ThreadRecord):
+            raise TypeError("the ledger holds a record that is not a thread's")
+        found.setdefault(record.thread_id, ThreadSummary()).ledger = record
+    return found
+
+
 def read_archive(
     directory: str | Path,
 ) -> Iterator[ThreadRecord | EncodedCheckpoint | EncodedWrite]:
@@ -161,13 +277,15 @@ def read_archive(
             yield from parse_member(path, data)
 
 
-def scan_members(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """The complete members of one archive file, in order: offset, length, decompressed text.
+def scan_members(path: Path, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
+    """The complete members of one archive file from byte ``start`` on, in order: offset,
+    length, decompressed text.
 
     Only one member is held at a time. A member cut short (a sweep killed while writing it,
     before that batch was deleted) and anything after it is not read."""
-    offset = 0
+    offset = start
     with path.open("rb") as raw:
+        raw.seek(start)
         pending = b""
         while True:
             inflate = zlib.decompressobj(wbits=31)

@@ -1,8 +1,9 @@
 """``archive:///DIR``: the archives in a directory, opened as a read-only store, in bounded memory.
 
-Opening reads every archive file once, one gzip member at a time, and keeps only an index: per
-thread, the members holding it, its checkpoint count, bytes, newest time and ledger record; per
-member, where it is in its file. A thread's rows are read from its members when asked for (rows
+Opening reads each archive file's index (and, for the members an index does not list, the
+archive itself, one gzip member at a time), and keeps only an index: per thread, the members
+holding it, its checkpoint count, bytes, newest time and ledger record; per member, where it is
+in its file. A thread's rows are read from its members when asked for (rows
 stay encoded as the codec keeps them), and the few members read last are kept decoded, so
 reading thread after thread (a copy, a frame) reads each member about once. Memory is the index
 plus those members, whatever the archive's size.
@@ -27,10 +28,13 @@ from typing import Any
 from durability._util import redact_url
 from durability.archive.format import (
     Member,
+    ThreadSummary,
     archive_files,
     parse_member,
+    read_index,
     read_member,
     scan_members,
+    summarize,
 )
 from durability.errors import ReadOnlyStoreError
 from durability.model import Lease, ThreadRecord
@@ -104,27 +108,36 @@ class ArchiveStore(ReadOnlyWrites, Store):
     def _setup(self) -> None:
         seq = 0
         for path in archive_files(self.directory):
-            for offset, length, data in scan_members(path):
-                index = len(self._members)
-                self._members.append(Member(path, offset, length, seq + 1))
-                for thread_id, rows in _by_thread(path, data, seq).items():
-                    self._index(index, thread_id, rows)
-                    seq += len(rows.checkpoints)
+            start = 0
+            for offset, length, threads in read_index(path):
+                seq = self._add_member(Member(path, offset, length, seq + 1), threads)
+                start = offset + length
+            for offset, length, data in scan_members(path, start):
+                threads = summarize(parse_member(path, data))
+                seq = self._add_member(Member(path, offset, length, seq + 1), threads)
         self._names = sorted(self._threads)
 
-    def _index(self, member: int, thread_id: str, rows: _Rows) -> None:
-        entry = self._threads.setdefault(thread_id, _Entry())
-        if entry.members and rows.checkpoints:
-            entry.exact = False  # archived again: counted once when it is read
-        entry.members.append(member)
-        entry.checkpoints += len(rows.checkpoints)
-        entry.size_bytes += sum(r.size_bytes for r in rows.checkpoints)
-        for r in rows.checkpoints:
-            if entry.newest_at is None or r.created_at > entry.newest_at:
-                entry.newest_at = r.created_at
-            entry.newest_seq = r.seq
-        if rows.ledger is not None:
-            entry.ledger = rows.ledger
+    def _add_member(self, member: Member, threads: dict[str, ThreadSummary]) -> int:
+        """Index one member; the seq of its last checkpoint (checkpoints are numbered on)."""
+        index = len(self._members)
+        self._members.append(member)
+        last = member.first_seq - 1
+        for thread_id, summary in threads.items():
+            entry = self._threads.setdefault(thread_id, _Entry())
+            if entry.members and summary.checkpoints:
+                entry.exact = False  # archived again: counted once when it is read
+            entry.members.append(index)
+            entry.checkpoints += summary.checkpoints
+            entry.size_bytes += summary.size_bytes
+            if summary.checkpoints:
+                entry.newest_seq = member.first_seq - 1 + summary.last
+            newest = summary.newest_at
+            if newest is not None and (entry.newest_at is None or newest > entry.newest_at):
+                entry.newest_at = newest
+            if summary.ledger is not None:
+                entry.ledger = summary.ledger
+            last += summary.checkpoints
+        return last
 
     def _read_generation(self) -> int | None:
         return FORMAT_GENERATION  # rows are kept as the codec wrote them

@@ -238,19 +238,26 @@ def _show_plan(plan: dict[str, Any], as_json: bool) -> None:
 
 @store.command("encryption")
 @url_argument
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Estimate from the envelopes of about N checkpoints picked at random (default: every row).",
+)
 @json_option
-def encryption(url: str, as_json: bool) -> None:
+def encryption(url: str, sample: int | None, as_json: bool) -> None:
     """Show how much of the store's checkpoint state is encrypted, and under which keys.
 
     Rows and bytes per key id, each with its status against the keyring in
     DURABILITY_ENCRYPTION_KEYS: current, older (listed, retired: `durability store reencrypt`
     moves them), missing (not in the keyring) or clear. Reads the envelopes' clear headers only:
-    no key is needed, and no key is shown.
+    no key is needed, and no key is shown. Every row is read unless --sample N is given: then
+    the counts are scaled from about N rows picked at random, and the output says so.
     """
     from durability.crypto.coverage import coverage
 
     with friendly_errors(), open_store(url) as opened:
-        found = coverage(opened)
+        found = coverage(opened, sample=sample)
     if as_json:
         print_json(found.to_json())
         return
@@ -258,6 +265,7 @@ def encryption(url: str, as_json: bool) -> None:
         f"{found.url}: {found.percent_encrypted:.1f} % of {found.rows} rows encrypted; "
         f"{found.clear_rows} clear, {found.retired_rows} under retired or missing keys"
         + ("" if found.encrypting else " (opened without a keyring)")
+        + ("" if found.sampled is None else f" (estimated from {found.sampled} rows)")
     )
     for k in found.by_key:
         name = "(clear)" if k.key_id is None else k.key_id

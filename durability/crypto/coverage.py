@@ -101,6 +101,7 @@ class EncryptionCoverage:
             "clear_rows": self.clear_rows,
             "retired_rows": self.retired_rows,
             "percent_encrypted": round(self.percent_encrypted, 2),
+            "sampled": self.sampled,
             "by_key": [
                 {"key_id": k.key_id, "status": k.status, "rows": k.rows, "bytes": k.bytes}
                 for k in self.by_key

@@ -40,11 +40,7 @@ from durability import codec
 from durability._util import redact_url, short
 from durability.clock import Clock, system_clock
 from durability.crypto import Keyring, sealer_for
-from durability.errors import (
-    CheckpointNotFound,
-    CheckpointStoreFormatError,
-    InvalidIdError,
-)
+from durability.errors import CheckpointNotFound, CheckpointStoreFormatError, InvalidIdError
 from durability.model import Checkpoint, Deleted, PendingWrite, ThreadRecord, Tombstone
 from durability.settings import Settings
 from durability.stores.bulk import BulkLoad
@@ -56,6 +52,7 @@ from durability.stores.listeners import WriteListeners
 from durability.stores.outbox import Outbox
 from durability.stores.parks import Parks
 from durability.stores.rows import (
+    LATEST,
     TEXT_FIELDS,
     CheckpointAddress,
     CheckpointKey,
@@ -265,10 +262,10 @@ class Store(DelegatingAliases, WriteListeners, ABC):
 
     def latest(self, thread_id: str, namespace: str = "") -> Checkpoint | None:
         """The last checkpoint written in the thread and namespace (highest ``seq``), or ``None``."""
-        check_thread(thread_id, namespace, "read the latest checkpoint")
+        check_thread(thread_id, namespace, LATEST)
         self.ready()
-        rows = self._select(Select(thread_id, namespace, order="seq_desc", limit=1))
-        return open_checkpoint(self, rows[0], "read the latest checkpoint") if rows else None
+        row = self._latest_row(thread_id, namespace)
+        return None if row is None else open_checkpoint(self, row, LATEST)
 
     def get(self, thread_id: str, checkpoint_id: str, namespace: str = "") -> Checkpoint:
         """One checkpoint by id; :class:`~durability.errors.CheckpointNotFound` if absent."""
@@ -517,6 +514,11 @@ class Store(DelegatingAliases, WriteListeners, ABC):
     @abstractmethod
     def _select(self, query: Select) -> Sequence[CheckpointRow]:
         """The thread's rows that :class:`Select` asks for, in its order (empty if none)."""
+
+    def _latest_row(self, thread_id: str, namespace: str) -> CheckpointRow | None:
+        """The newest row of :meth:`latest` (a store with a statement for it overrides this)."""
+        rows = self._select(Select(thread_id, namespace, order="seq_desc", limit=1))
+        return rows[0] if rows else None
 
     def _select_with_writes(
         self, query: Select

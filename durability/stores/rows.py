@@ -329,6 +329,10 @@ class WriteRow(Protocol):
     def decode(self) -> PendingWrite: ...
 
 
+#: What a caller of ``latest`` is doing, for messages (:attr:`Select.action` of its query).
+LATEST = "read the latest checkpoint"
+
+
 @dataclass(frozen=True, slots=True)
 class Select:
     """Which of a thread's checkpoints :meth:`Store._select` returns, and in what order.
@@ -358,7 +362,7 @@ class Select:
         if self.order == "id_desc":
             return "list a thread's checkpoints"
         if self.order == "seq_desc" and self.limit == 1:
-            return "read the latest checkpoint"
+            return LATEST
         return "read a thread's history"
 
     def matches(self, row: CheckpointRow, seq: int | None) -> bool:

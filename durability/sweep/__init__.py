@@ -32,7 +32,7 @@ the thread. The Redis store's own delete already repeats until the thread is emp
 from __future__ import annotations
 
 from durability.sweep.apply import DeletedThread, SkippedHorizon, SparedThread, SweepResult, sweep
-from durability.sweep.diff import policy_diff
+from durability.sweep.diff import plans_diff, policy_diff
 from durability.sweep.filters import (
     LEASE_FILTER,
     PARK_FILTER,
@@ -51,6 +51,7 @@ from durability.sweep.plan import (
     PlanRow,
     SweepPlan,
     plan_sweep,
+    plan_sweeps,
 )
 
 __all__ = [
@@ -70,6 +71,8 @@ __all__ = [
     "SweepPlan",
     "SweepResult",
     "plan_sweep",
+    "plan_sweeps",
+    "plans_diff",
     "policy_diff",
     "register_filter",
     "registered_filters",

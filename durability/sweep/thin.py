@@ -297,13 +297,7 @@ def _durability_points(store: Store, chosen: set[str] | None) -> Iterable[tuple[
     """A durability store's rows from its column scan; protections from its parks and outbox."""
     from durability.stores.parks import park_of
 
-    unsent: set[tuple[str, str]] = set()
-    if store.replicates and store.outbox is not None:
-        unsent = {
-            (e.thread_id, e.checkpoint_id)
-            for state in ("pending", "quarantined")
-            for e in store.outbox(state=state)
-        }
+    unsent = _unsent(store, chosen)
     columns = (
         "thread_id",
         "namespace",
@@ -332,6 +326,24 @@ def _durability_points(store: Store, chosen: set[str] | None) -> Iterable[tuple[
             when = from_micros(created) if created is not None else None
             points.append((ns, cid, when, int(size or 0), why, False))
         yield thread_id, points
+
+
+def _unsent(store: Store, chosen: set[str] | None) -> set[tuple[str, str]]:
+    """``(thread_id, checkpoint_id)`` of the rows the plane lacks (pending or quarantined): the
+    whole outbox's, or, for a few chosen threads, only those of the chosen threads the outbox
+    counts (each asked by its id: a sample never reads the whole outbox)."""
+    outbox = store.outbox
+    if not store.replicates or outbox is None:
+        return set()
+    asked: list[str | None] = [None]  # None: every thread
+    if chosen is not None and len(chosen) <= _BY_ID:
+        asked = [*sorted(outbox.unreplicated().keys() & chosen)]
+    return {
+        (e.thread_id, e.checkpoint_id)
+        for thread_id in asked
+        for state in ("pending", "quarantined")
+        for e in outbox(state=state, thread_id=thread_id)
+    }
 
 
 def _chunks(store: Store, chosen: set[str] | None, columns: Sequence[str]) -> Iterable[Any]:

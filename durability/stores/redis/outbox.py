@@ -26,8 +26,29 @@ if TYPE_CHECKING:
     from durability.stores.redis.store import RedisStore
 
 
+# The states whose rows a cross-slot index lists in write order, and that index's key.
+_INDEXED = {"pending": "outbox", "quarantined": "quarantine"}
+
+
 def _time(micros: int | None) -> datetime | None:
     return None if micros is None else from_micros(micros)
+
+
+def _matching(
+    entries: Iterable[tuple[int, OutboxEntry]], query: EntryQuery
+) -> list[tuple[int, OutboxEntry]]:
+    """The entries ``query`` asks for, oldest first (then by thread id and seq)."""
+    state, project_id, thread_id, after_seq, _limit = astuple(query)
+    chosen = [
+        (t, e)
+        for t, e in entries
+        if (state is None or e.state == state)
+        and (project_id is None or e.project_id == project_id)
+        and (thread_id is None or e.thread_id == thread_id)
+        and (after_seq is None or e.seq > after_seq)
+    ]
+    chosen.sort(key=lambda pair: (pair[0], pair[1].thread_id, pair[1].seq))
+    return chosen
 
 
 class RedisOutbox(Outbox):
@@ -63,13 +84,15 @@ class RedisOutbox(Outbox):
             self.store.forget(stale, {member_tag(m) for m in stale.members()})
         return rows
 
-    def _window(self, offset: int, size: int) -> Callable[[bool], list[Any]]:
+    def _window(
+        self, offset: int, size: int, key: str | None = None
+    ) -> Callable[[bool], list[Any]]:
+        """Members ``offset`` onwards of an index (the pending one unless ``key``), oldest first."""
         store = self.store
 
         def call(_retry: bool) -> list[Any]:
-            return list(
-                store.client.zrange(store.keys.outbox, offset, offset + size - 1, withscores=True)
-            )
+            index = store.keys.outbox if key is None else key
+            return list(store.client.zrange(index, offset, offset + size - 1, withscores=True))
 
         return call
 
@@ -175,8 +198,37 @@ class RedisOutbox(Outbox):
         return [docs.span_of(item) for item in raw]
 
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
-        state, project_id, thread_id, after_seq, limit = astuple(query)
-        tags = [thread_tag(thread_id)] if thread_id is not None else self._tags(state)
+        if query.limit is not None and query.thread_id is None and query.state in _INDEXED:
+            return self._oldest(query, query.limit)
+        thread_id = query.thread_id
+        tags = [thread_tag(thread_id)] if thread_id is not None else self._tags(query.state)
+        chosen = _matching(self._listed(tags), query)
+        result = [e for _, e in chosen]
+        return result if query.limit is None else result[: query.limit]
+
+    def _oldest(self, query: EntryQuery, limit: int) -> list[OutboxEntry]:
+        """The ``limit`` oldest entries in a state, read window by window of its index in write
+        order: the hashes of the threads in each window, not of every thread in the state."""
+        key = getattr(self.store.keys, _INDEXED[query.state or ""])
+        found: list[tuple[int, OutboxEntry]] = []
+        offset, size = 0, max(limit, 100)
+        while True:
+            window = self.store.run("read the outbox", self._window(offset, size, key))
+            offset += len(window)
+            members = {m.decode() for m, _score in window}
+            listed = self._listed(sorted({member_tag(m) for m in members}))
+            found += [
+                (t, e) for t, e in listed if member(thread_tag(e.thread_id), e.seq) in members
+            ]
+            chosen = _matching(found, query)
+            # Every member after this window was written at or after its last score.
+            if len(window) < size or (
+                len(chosen) >= limit and window[-1][1] > chosen[limit - 1][0]
+            ):
+                return [e for _, e in chosen[:limit]]
+
+    def _listed(self, tags: Sequence[str]) -> list[tuple[int, OutboxEntry]]:
+        """Every outbox entry of these threads, with its write time."""
         entries: list[tuple[int, OutboxEntry]] = []
         if tags:
             raw = self.store.eval_many(
@@ -185,17 +237,7 @@ class RedisOutbox(Outbox):
             for pending_fields, synced_fields, _name in raw:
                 entries += docs.entries(docs.pairs(pending_fields), synced=False)
                 entries += docs.entries(docs.pairs(synced_fields), synced=True)
-        chosen = [
-            (t, e)
-            for t, e in entries
-            if (state is None or e.state == state)
-            and (project_id is None or e.project_id == project_id)
-            and (thread_id is None or e.thread_id == thread_id)
-            and (after_seq is None or e.seq > after_seq)
-        ]
-        chosen.sort(key=lambda pair: (pair[0], pair[1].thread_id, pair[1].seq))
-        result = [e for _, e in chosen]
-        return result if limit is None else result[:limit]
+        return entries
 
     def _tags(self, state: str | None) -> list[str]:
         """The tags of the threads that may hold entries in ``state``."""

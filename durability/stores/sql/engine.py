@@ -235,12 +235,11 @@ class Database:
         statement and result layers. On SQLite each thread keeps a connection of its own; on
         Postgres a pooled one is checked out (and pre-pinged) per call.
         """
-        dbapi_error = self.engine.dialect.loaded_dbapi.Error
         if self._local is not None:
             conn = self._local_connection()
             try:
-                return list(conn.execute(sql, params).fetchall())
-            except dbapi_error as exc:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
                 wrapped = self.driver_error(exc, None)
                 raise self.translate(action, wrapped) from wrapped
         try:
@@ -253,7 +252,7 @@ class Database:
             rows = list(cursor.fetchall())
             cursor.close()
             return rows
-        except dbapi_error as exc:
+        except self.engine.dialect.loaded_dbapi.Error as exc:
             wrapped = self.driver_error(exc, fairy)
             raise self.translate(action, wrapped) from wrapped
         finally:

@@ -159,13 +159,13 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
         for rows in db.stream("read checkpoint columns", query, params, chunk_size):
             yield columns_of(columns, rows)
 
-    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+    def _thread_columns(self, chunk_size: int, gaps: bool = True) -> Iterator[Columns]:
         # THREAD_COLUMNS from "owner" on are the ledger's columns, under the same names.
         ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
         ledger_cols = ", ".join("l." + name for name in ledger)
         table = self.store.db.table(threads.name)
         query = f"""
-WITH t AS ({self._thread_totals()})
+WITH t AS ({self._thread_totals(gaps)})
 SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, t.status, t.run_id,
        {ledger_cols}
 FROM t LEFT JOIN {table} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
@@ -177,30 +177,38 @@ WHERE t.tkey IS NULL
         for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
             yield columns_of(THREAD_COLUMNS, rows)
 
-    def _thread_totals(self) -> str:
+    def _thread_columns_without_gaps(self, chunk_size: int) -> Iterator[Columns]:
+        return self._thread_columns(chunk_size, gaps=False)
+
+    def _thread_totals(self, gaps: bool) -> str:
         """Per thread: count, bytes, first and newest time, longest gap, the newest row's status.
 
         One pass of ``LAG`` over each thread's rows in write order gives the gaps, grouped by
         the thread key (the 128-bit hash standing for the id, as the sweep's totals): every
         column it reads is in the ``(tkey, seq, created_at, size_bytes)`` index, so the pass
-        walks that index in order, with no table read and no sort. The id, status and run come
-        from the newest row, by primary key.
+        walks that index in order, with no table read. Without ``gaps`` (``max_gap`` NULL) the
+        totals are one ``GROUP BY`` on that walk, which needs no window and no sort of its
+        rows: about half the statement's time. The id, status and run come from the newest
+        row, by primary key.
         """
         cps = self.store.sql.table
         # SQLite would rather scan the table and sort; the covering index is the faster walk.
         index = f" INDEXED BY {SWEEP_INDEX.name}" if self.store.db.sqlite else ""
+        rows = f"{cps}{index}"
+        if gaps:
+            rows = f"""(
+      SELECT tkey, seq, created_at, size_bytes,
+             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
+      FROM {rows}
+    ) AS w"""  # noqa: S608
         return f"""
   SELECT g.tkey, c.thread_id, g.n, g.size, g.first_at, g.newest_at, g.max_gap,
          c.status, c.run_id
   FROM (
     SELECT tkey, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
-           min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
-           max(seq) AS newest_seq
-    FROM (
-      SELECT tkey, seq, created_at, size_bytes,
-             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
-      FROM {cps}{index}
-    ) AS w
+           min(created_at) AS first_at, max(created_at) AS newest_at,
+           {"max(gap)" if gaps else "CAST(NULL AS BIGINT)"} AS max_gap, max(seq) AS newest_seq
+    FROM {rows}
     GROUP BY tkey
   ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
 

@@ -38,6 +38,9 @@ from durability.stores.sql.schema import (
 )
 
 _CREATED_AT = STORED_FIELDS.index("created_at")
+#: :meth:`Statements.thread_key` keeps the keys of at most this many thread ids (then starts
+#: over), each at most this long: a read of a thread seen before hashes nothing.
+_CACHED_KEYS, _CACHED_ID_LENGTH = 4096, 256
 
 
 class Statements:
@@ -60,6 +63,7 @@ class Statements:
         #: namespace, checkpoint_id)``, and a seq computed above the floor (see ``rebuild.py``).
         self.sqlite = self.id_indexed = dialect.name == "sqlite"
         self._cache: dict[tuple[Any, ...], str] = {}
+        self._thread_keys: dict[str, str] = {}
         self._put_statement(dialect, quote, table(meta_table), table(tombstones))
         self._read_statements(quote)
         self._sweep_statements(table)
@@ -97,6 +101,8 @@ class Statements:
         if not self.sqlite:  # Postgres finds it through the hashes (a 10 KB id is not indexed)
             by_ids = f"tkey = {mark} AND ckey = {mark} AND {by_ids}"
         self.get = f"SELECT {self.columns} FROM {self.table} WHERE {by_ids}"  # noqa: S608
+        #: The newest row of a thread and namespace (``store.latest``), with :meth:`latest_params`.
+        self.latest = self._thread_rows(Select("", "", order="seq_desc", limit=1))
         self.write_columns = ", ".join(quote(c) for c in WRITE_FIELDS)
         # A row's pending writes as one JSON text, an array of [id, task_id, idx, channel,
         # value, task_path]: a saver reads a checkpoint and its writes in one statement.
@@ -156,7 +162,22 @@ class Statements:
         if self.sqlite:
             return (thread_id, namespace, checkpoint_id)
         key = checkpoint_key(thread_id, namespace, checkpoint_id)
-        return (thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
+        return (self.thread_key(thread_id), key, thread_id, namespace, checkpoint_id)
+
+    def thread_key(self, thread_id: str) -> str:
+        """:func:`~durability.stores.sql.schema.thread_key`, a short thread id's hashed once."""
+        tkey = self._thread_keys.get(thread_id)
+        if tkey is None:
+            tkey = thread_key(thread_id)
+            if len(thread_id) <= _CACHED_ID_LENGTH:
+                if len(self._thread_keys) >= _CACHED_KEYS:
+                    self._thread_keys.clear()
+                self._thread_keys[thread_id] = tkey
+        return tkey
+
+    def latest_params(self, thread_id: str, namespace: str) -> tuple[str, str, str]:
+        """The parameters of :attr:`latest`."""
+        return (self.thread_key(thread_id), thread_id, namespace)
 
     def select(self, query: Select) -> tuple[str, list[Any]]:
         """The statement and parameters that answer ``query``."""
@@ -169,7 +190,7 @@ class Statements:
             return self.get, list(
                 self.get_params(query.thread_id, query.namespace, query.checkpoint_id)
             )
-        params: list[Any] = [thread_key(query.thread_id), query.thread_id]
+        params: list[Any] = [self.thread_key(query.thread_id), query.thread_id]
         for value in (query.namespace, query.checkpoint_id, query.after_seq, query.before_id):
             if value is not None:
                 params.append(value)

@@ -24,6 +24,7 @@ from durability.model import Deleted, ThreadRecord, Tombstone
 from durability.stores import rows
 from durability.stores.base import Capabilities, Store, ThreadPage, conflict_message
 from durability.stores.rows import (
+    LATEST,
     CheckpointKey,
     EncodedCheckpoint,
     EncodedWrite,
@@ -336,6 +337,12 @@ class SQLStore(Store):
     def _select(self, query: Select) -> list[EncodedCheckpoint]:
         sql, params = self.sql.select(query)
         return [encoded(r) for r in self.db.execute(query.action, sql, params)]
+
+    @reconnecting
+    def _latest_row(self, thread_id: str, namespace: str) -> EncodedCheckpoint | None:
+        params = self.sql.latest_params(thread_id, namespace)
+        found = self.db.execute(LATEST, self.sql.latest, params)
+        return encoded(found[0]) if found else None
 
     @reconnecting
     def _select_with_writes(self, query: Select) -> tuple[SaverRow, list[EncodedWrite]] | None:
