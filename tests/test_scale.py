@@ -11,13 +11,14 @@ import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pandas as pd
 import pytest
+import sqlalchemy as sa
 
 import durability
 from durability import analyses, bundle, frames, plots
@@ -360,3 +361,58 @@ def test_live_leases_of_a_sample_in_one_read(store: Store) -> None:
     finally:
         store.release_lease("t-00001", "worker")
         store.release_lease("t-00002", "worker")
+
+
+def test_sqlite_outbox_reads_walk_the_outbox_not_every_checkpoint(store: Store) -> None:
+    """On SQLite (no table statistics) each read joining the outbox to the checkpoints walks
+    the outbox and reads its checkpoints by key: none scans the checkpoints or an index of
+    every one of them to probe the outbox (at 10,000,000 rows, a read of the whole index)."""
+    sent: list[str] = []
+
+    def capture(statement: str) -> None:
+        if " o " in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append(statement)
+
+    def on_engine(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        capture(statement.replace("?", "1"))
+
+    db: Any = store.db  # type: ignore[attr-defined]
+    sa.event.listen(db.engine, "before_cursor_execute", on_engine)
+    db._local_connection().set_trace_callback(capture)  # the chunked reads' own connection
+    try:
+        assert len(frames.outbox_rows(store, "pending", limit=3)) == 3
+        frames.outbox_rows(store, "quarantined", limit=3)
+        frames.outbox_states(store)
+        store.outbox.summary()  # type: ignore[union-attr]
+        store.unreplicated()
+        analyses.readiness_summary(store, top=5)
+    finally:
+        db._local_connection().set_trace_callback(None)
+        sa.event.remove(db.engine, "before_cursor_execute", on_engine)
+    assert len(sent) >= 6
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as conn:
+        for statement in sent:
+            plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
+            walks = [step for step in plan if step.startswith("SCAN")]
+            assert not [
+                w for w in walks if w.startswith(("SCAN c", "SCAN durability_checkpoints"))
+            ], (
+                statement,
+                plan,
+            )
+
+
+def test_write_times_counted_per_bucket_in_the_last_window(bulk: Bulk, store: Store) -> None:
+    """``frames.write_times(width=, last=)``: the writes of the last window up to the newest,
+    each at its bucket's start, counted in the store; the whole read agrees, row for row."""
+    whole = frames.write_times(store)
+    assert len(whole) == len(bulk.rows)
+    last = timedelta(hours=10)
+    recent = whole.created_at[whole.created_at >= whole.created_at.max() - last]
+    counted = frames.write_times(store, width="1h", last=last)
+    assert counted.attrs["width"] == "1h"
+    assert counted.dtypes.astype(str).to_dict() == frames.COLUMNS["write_times"]
+    assert counted.created_at.tolist() == sorted(recent.dt.floor("1h"))
+    read = frames.write_times(store, last=last)
+    assert read.created_at.tolist() == recent.tolist()
+    assert read.attrs["width"] is None

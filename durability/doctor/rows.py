@@ -24,7 +24,7 @@ def _orphan_writes(ctx: Context) -> Iterator[Finding]:
 
 
 def _missing_parents(ctx: Context) -> Iterator[Finding]:
-    for thread_id, orphans in sorted(reads.missing_parents(ctx.store).items()):
+    for thread_id, orphans in sorted(reads.missing_parents(ctx.store, ctx.picked).items()):
         pairs = [f"{cid} (parent {parent})" for _ns, cid, parent in orphans]
         yield (
             thread_id,
@@ -71,6 +71,7 @@ MISSING_PARENT = Check(
     "a checkpoint whose parent is absent while older rows of its thread remain (not a fork "
     "origin, a latest-only restore or a thread pruned to its latest)",
     _missing_parents,
+    sampled=True,
 )
 
 CHECKS = (ORPHAN_WRITES, ORPHAN_OUTBOX, MISSING_PARENT)

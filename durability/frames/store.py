@@ -5,7 +5,7 @@ the retention plan, and parks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -228,12 +228,30 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
     return in_order(frame, ["created_at", "thread_id", "seq"])
 
 
-def write_times(store: Store) -> pd.DataFrame:
+def write_times(
+    store: Store, *, width: str | None = None, last: timedelta | None = None
+) -> pd.DataFrame:
     """Every checkpoint's write time and nothing else (``COLUMNS["write_times"]``), in the
     store's order: what :func:`durability.simulate.outage_backlog` replays, at 8 bytes a row
-    where :func:`checkpoints` keeps a dozen columns of strings."""
-    cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
-    return pd.DataFrame({"created_at": times(cols["created_at"])})
+    where :func:`checkpoints` keeps a dozen columns of strings.
+
+    A store of millions of rows: ``width`` (a fixed pandas duration such as ``"1min"``) counts
+    the writes per bucket in the store (:meth:`~durability.stores.scans.Scans.checkpoint_buckets`)
+    and gives each write its bucket's start, oldest first, without reading a row per checkpoint;
+    ``last`` keeps only the writes of that long up to the newest one (with ``width``, counted
+    in the store too). ``attrs["width"]`` is ``width``, for a chart to say so.
+    """
+    if width is None:
+        cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
+        frame = pd.DataFrame({"created_at": times(cols["created_at"])})
+        if last is not None and len(frame):
+            frame = frame[frame.created_at >= frame.created_at.max() - last].reset_index(drop=True)
+    else:
+        counted = store.scans.checkpoint_buckets(_fixed(width, "the write times"), last=last)
+        at = np.repeat(np.array(counted["bucket"], dtype=np.int64), counted["checkpoints"])
+        frame = pd.DataFrame({"created_at": times(at.tolist())})
+    frame.attrs["width"] = width
+    return frame
 
 
 def activity(store: Store, width: str = "1D") -> pd.DataFrame:
@@ -242,14 +260,7 @@ def activity(store: Store, width: str = "1D") -> pd.DataFrame:
     bucket of ``width`` (a pandas offset of fixed length: ``"1h"``, ``"1D"``) that holds a
     checkpoint. Its size follows the time the store spans, never its row count.
     """
-    try:
-        step = pd.Timedelta(width).to_pytimedelta()
-    except ValueError as exc:
-        raise ConfigError(
-            f"cannot build the activity frame: width={width!r} is not a fixed pandas "
-            f"duration ({exc}); use one such as '1h' or '1D'"
-        ) from exc
-    counted = store.scans.checkpoint_buckets(step)
+    counted = store.scans.checkpoint_buckets(_fixed(width, "the activity frame"))
     return pd.DataFrame(
         {
             "time": times(counted["bucket"]),
@@ -358,6 +369,17 @@ def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
         }
     )
     return in_order(frame, ["deadline", "thread_id"])
+
+
+def _fixed(width: str, what: str) -> timedelta:
+    """``width`` as a fixed duration, or a ConfigError naming ``what`` could not be built."""
+    try:
+        return pd.Timedelta(width).to_pytimedelta()
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot build {what}: width={width!r} is not a fixed pandas duration ({exc}); use "
+            "one such as '1h' or '1D'"
+        ) from exc
 
 
 def _outbox_cols(store: Store, whole: str | None = None) -> Columns:

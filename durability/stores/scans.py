@@ -119,10 +119,11 @@ class Scans(WriteHistory, Aggregates):
             for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
         )
 
-    def checkpoint_buckets(self, width: timedelta) -> Columns:
+    def checkpoint_buckets(self, width: timedelta, *, last: timedelta | None = None) -> Columns:
         """Checkpoints and their bytes per time bucket, counted in the store: ``bucket`` (the
         bucket's start, microseconds since the epoch, a multiple of ``width``), ``checkpoints``
         and ``size_bytes``, one entry per bucket that holds a checkpoint, oldest first.
+        ``last``: only the checkpoints written in that long up to the newest one's write time.
 
         The aggregate a chart of a production-sized store needs instead of its rows: SQL
         answers with one ``GROUP BY``; the default (Redis, memory, foreign stores) reads the
@@ -133,13 +134,26 @@ class Scans(WriteHistory, Aggregates):
             raise InvalidIdError(
                 f"cannot count checkpoints per bucket: width={width} must be positive"
             )
+        if last is not None and last < timedelta(0):
+            raise InvalidIdError(f"cannot count checkpoints per bucket: last={last} is negative")
         self.store.ready()
-        return self._checkpoint_buckets(step)
+        return self._checkpoint_buckets(
+            step, None if last is None else last // timedelta(microseconds=1)
+        )
 
-    def _checkpoint_buckets(self, step: int) -> Columns:
+    def _checkpoint_buckets(self, step: int, last: int | None) -> Columns:
+        """Per bucket of ``step`` microseconds (``last``: of the writes in that many up to
+        the newest, both in microseconds)."""
+        since = None
+        if last is not None:
+            written = self.checkpoint_columns(columns=("created_at",))
+            newest = max((int(at) for chunk in written for at in chunk["created_at"]), default=0)
+            since = newest - last
         counts: dict[int, list[int]] = {}
         for chunk in self.checkpoint_columns(columns=("created_at", "size_bytes")):
             for at, size in zip(chunk["created_at"], chunk["size_bytes"], strict=True):
+                if since is not None and at < since:
+                    continue
                 entry = counts.setdefault(int(at) // step * step, [0, 0])
                 entry[0] += 1
                 entry[1] += int(size)

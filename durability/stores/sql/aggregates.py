@@ -22,7 +22,7 @@ from durability.stores.aggregates import (
     outbox_table,
 )
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import tables_of
+from durability.stores.sql.outbox import outbox_first, tables_of
 from durability.stores.sql.outbox_queue import catch_up, through
 from durability.stores.sql.schema import SWEEP_INDEX, thread_key, threads
 
@@ -167,7 +167,7 @@ class SQLAggregates(Aggregates):
         ledger = self.store.db.table(threads.name)
         firsts = (
             f"SELECT c.tkey, MIN(c.seq) AS first FROM {box} o "  # noqa: S608
-            f"JOIN {table} c ON c.seq = o.seq GROUP BY c.tkey"
+            f"{outbox_first(self.store)} {table} c ON c.seq = o.seq GROUP BY c.tkey"
         )
         query = f"""
 SELECT f.thread_id, l.owner, t.n, t.kept, t.up_to, u.checkpoint_id, t.lost, f.sync_error
@@ -178,7 +178,8 @@ FROM (
          MIN(m.first) AS first
   FROM ({firsts}) m JOIN {self._by_thread("c")} ON c.tkey = m.tkey GROUP BY m.tkey
 ) t
-JOIN (SELECT c.seq, c.thread_id, o.sync_error FROM {box} o JOIN {table} c ON c.seq = o.seq) f
+JOIN (SELECT c.seq, c.thread_id, o.sync_error
+      FROM {box} o {outbox_first(self.store)} {table} c ON c.seq = o.seq) f
   ON f.seq = t.first
 LEFT JOIN {table} u ON u.seq = t.up_to
 LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = f.thread_id
@@ -200,7 +201,8 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         states = (
             f"SELECT CASE WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END "  # noqa: S608
             f"AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
-            f"CAST(SUM(o.attempts) AS BIGINT) FROM {box} o JOIN {table} c ON c.seq = o.seq "
+            f"CAST(SUM(o.attempts) AS BIGINT) FROM {box} o {outbox_first(self.store)} {table} c "
+            "ON c.seq = o.seq "
             "GROUP BY outbox_state"
         )
         attempts = (

@@ -26,7 +26,7 @@ from durability.stores.scans import (
 )
 from durability.stores.sql.aggregates import SQLAggregates
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import entry_join, entry_sql, tables_of
+from durability.stores.sql.outbox import entry_join, entry_sql
 from durability.stores.sql.outbox_queue import catch_up
 from durability.stores.sql.schema import (
     ID_INDEX_CHARS,
@@ -89,14 +89,17 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
     # ------------------------------------------------------------------ analysis reads
 
     @reconnecting
-    def _checkpoint_buckets(self, step: int) -> Columns:
-        db = self.store.db
+    def _checkpoint_buckets(self, step: int, last: int | None) -> Columns:
+        db, table = self.store.db, self.store.sql.table
+        # The window's start from the newest write, in the same statement (computed once).
+        since = f" WHERE created_at >= (SELECT MAX(created_at) FROM {table}) - {db.mark}"  # noqa: S608
         query = (
             f"SELECT (created_at / {db.mark}) * {db.mark} AS b, COUNT(*), SUM(size_bytes) "  # noqa: S608
-            f"FROM {self.store.sql.table} GROUP BY b ORDER BY b"
+            f"FROM {table}{'' if last is None else since} GROUP BY b ORDER BY b"
         )
+        params = (step, step) if last is None else (step, step, last)
         with db.one("count checkpoints per bucket") as conn:
-            rows = conn.exec_driver_sql(query, (step, step)).all()
+            rows = conn.exec_driver_sql(query, params).all()
         return {
             "bucket": [int(r[0]) for r in rows],
             "checkpoints": [int(r[1]) for r in rows],
@@ -145,7 +148,7 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
         names = [entry[c] if c in ("synced", "sync_error") else f"c.{c}" for c in columns]
         query = f"SELECT {', '.join(names)} "
         if outbox:
-            query += entry_join(*tables_of(self.store))
+            query += entry_join(self.store)
         else:
             query += f"FROM {sql.table} c"
         params: list[Any] = []
@@ -230,7 +233,7 @@ FROM {table} l WHERE NOT EXISTS (SELECT 1 FROM {index} WHERE tkey = l.tkey)
         catch_up(self.store)
         entry = entry_sql(self.store)
         query = f"SELECT {', '.join(entry[c] for c in OUTBOX_COLUMNS)} "
-        query += entry_join(*tables_of(self.store))
+        query += entry_join(self.store)
         for rows in self.store.db.stream("read outbox columns", query, [], chunk_size):
             yield columns_of(OUTBOX_COLUMNS, rows)
 
