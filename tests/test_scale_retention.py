@@ -31,6 +31,7 @@ from durability.stores.scans import Scans
 from durability.stores.write_history import WriteHistory, bucket_of
 from durability.sweep import plan_sweep
 from durability.sweep.thin import thin_vs_delete
+from durability.testing import StoreTarget
 from tests.test_scale import PER_THREAD, T0, THREADS, Bulk, bulk  # noqa: F401 - the fixture
 
 DAY_US = 86_400_000_000
@@ -304,16 +305,22 @@ def test_thinning_a_few_threads_asks_the_outbox_about_them_alone(
     assert any(r.checkpoints - r.dropped > 2 for r in few.rows)  # unsent rows kept
 
 
-def test_threads_without_idle_gaps_and_the_sampled_gaps_are_the_whole_frame_s(
+#: What ``frames.threads(lean=True)`` leaves out.
+COSTLY = ["run_id", "status", "max_idle_gap"]
+
+
+def test_lean_threads_and_the_sampled_gaps_are_the_whole_frame_s(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``threads(idle_gaps=False)`` is the frame without ``max_idle_gap``; ``idle_gaps`` gives
-    the frame's gaps back, for every thread or a sample of them read by id, and says so."""
+    """``threads(lean=True)`` is the frame without its costly columns (threads the ledger lacks
+    included); ``idle_gaps`` gives the frame's gaps back, for every thread or a sample of them
+    read by id, and says so."""
     from durability import plots
 
     now = T0 + timedelta(days=12)
-    whole = frames.threads(store, now=now)
-    bare = frames.threads(store, now=now, idle_gaps=False)
+    whole = frames.threads(store, now=now).drop(columns=COSTLY[:2])
+    bare = frames.threads(store, now=now, lean=True)
+    assert bare.owner.isna().any(), "threads the ledger lacks"
     pd.testing.assert_frame_equal(bare, whole.drop(columns="max_idle_gap"))
     every = frames.idle_gaps(store, bare, sample=None)
     pd.testing.assert_frame_equal(every, whole)
@@ -336,3 +343,22 @@ def test_threads_without_idle_gaps_and_the_sampled_gaps_are_the_whole_frame_s(
     assert f"a sample of 40 of {THREADS:,} threads" in fig.get_suptitle()
     with pytest.raises(ConfigError, match="sample=0"):
         frames.idle_gaps(store, bare, sample=0)
+
+
+def test_lean_threads_hold_the_ledger_only_and_unledgered_threads(
+    target: StoreTarget,
+) -> None:
+    """On every provider, a lean frame is the whole one without its costly columns, a thread
+    known only by its ledger record and one with checkpoints and no record included."""
+    with target.open() as store:
+        store.put(Checkpoint(thread_id="rows-only", checkpoint_id="a"))
+        store.put(Checkpoint(thread_id="rows-only", checkpoint_id="b"))
+        store.ledger.record_run_start("both", run_id="run-b", owner="me")
+        store.put(Checkpoint(thread_id="both", checkpoint_id="a", run_id="run-b"))
+        store.ledger.record_run_start("ledger-only", run_id="run-l", owner="me")
+        whole = frames.threads(store)
+        lean = frames.threads(store, lean=True)
+        gaps = frames.idle_gaps(store, lean, sample=None)
+    assert lean.thread_id.tolist() == ["both", "ledger-only", "rows-only"]
+    pd.testing.assert_frame_equal(lean, whole.drop(columns=COSTLY))
+    pd.testing.assert_frame_equal(gaps, whole.drop(columns=COSTLY[:2]))

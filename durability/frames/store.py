@@ -97,19 +97,20 @@ def threads(
     now: datetime | None = None,
     *,
     encryption: bool = False,
-    idle_gaps: bool = True,
+    lean: bool = False,
 ) -> pd.DataFrame:
     """One row per thread (``COLUMNS["threads"]``), in thread id order.
 
     ``now`` (default: the store's clock) decides which leases are live and which parks unexpired;
     ``unreplicated`` is read from the outbox as it is (it does not depend on ``now``).
     ``encryption=True`` adds ``encrypted`` (every row sealed) and ``key_id`` (the newest row's).
-    ``idle_gaps=False`` leaves out ``max_idle_gap``, a pass over every checkpoint of its own in a
-    SQL store (half the read): :func:`idle_gaps` measures it for a sample of the frame's threads.
+    ``lean=True`` leaves out the columns that cost a SQL store reads of their own:
+    ``max_idle_gap`` (a pass over every checkpoint; :func:`idle_gaps` measures it for a sample
+    of the frame's threads), ``status`` and ``run_id`` (each thread's newest row): every
+    retention simulation reads the rest.
     """
     at = moment(store, now)
-    chunks = store.thread_columns(idle_gaps=idle_gaps)
-    cols = collect(chunks, THREAD_COLUMNS, whole="threads")
+    cols = collect(store.thread_columns(lean=lean), THREAD_COLUMNS, whole="threads")
     at_us = micros_of(at)
     live = np.array([e is not None and e > at_us for e in cols["lease_expires_at"]], dtype=bool)
     pending = {p.thread_id: p.deadline for p in pending_parks(store)}
@@ -120,8 +121,6 @@ def threads(
         {
             "thread_id": strings(cols["thread_id"]),
             "owner": strings(cols["owner"]),
-            "run_id": strings(np.where(no_run, cols["newest_run_id"], cols["run_id"])),
-            "status": statuses(cols["status"]),
             "checkpoints": ints(cols["checkpoints"]),
             "size_bytes": ints(cols["size_bytes"]),
             "first_at": times(cols["first_at"]),
@@ -131,7 +130,6 @@ def threads(
             "due_at": times(cols["due_at"]),
             "declared_waiting": spans(cols["declared_waiting"]),
             "declared_finished": spans(cols["declared_finished"]),
-            "max_idle_gap": spans(cols["max_idle_gap"]),
             "lease_holder": strings(np.where(live, cols["lease_holder"], None)),
             "lease_expires_at": times(cast(Any, np.where(live, cols["lease_expires_at"], None))),
             "parked": np.array([d is not None and d > at for d in deadlines], dtype=bool),
@@ -139,8 +137,11 @@ def threads(
             "unreplicated": ints([missing.get(t, 0) for t in cols["thread_id"]]),
         }
     )
-    if not idle_gaps:
-        frame = frame.drop(columns="max_idle_gap")
+    if not lean:
+        frame["run_id"] = strings(np.where(no_run, cols["newest_run_id"], cols["run_id"]))
+        frame["status"] = statuses(cols["status"])
+        frame["max_idle_gap"] = spans(cols["max_idle_gap"])
+    frame = frame[[c for c in COLUMNS["threads"] if c in frame]]
     if encryption:
         from durability.frames.encryption import with_thread_keys
 
@@ -151,9 +152,9 @@ def threads(
 def idle_gaps(
     store: Store, threads: pd.DataFrame, *, sample: int | None = 1000, seed: int = 0
 ) -> pd.DataFrame:
-    """The rows of ``threads`` (a :func:`threads` frame, with or without ``max_idle_gap``) with
-    each thread's longest idle gap measured, for about ``sample`` of them picked at random
-    (``seed`` fixes the pick; ``None``, or a frame of no more threads: every one).
+    """The rows of ``threads`` (a :func:`threads` frame, lean or not) with each thread's longest
+    idle gap measured, for about ``sample`` of them picked at random (``seed`` fixes the pick;
+    ``None``, or a frame of no more threads: every one).
 
     Each picked thread's write times are read by its id, so the cost follows the sample, never
     the store; the gaps are :func:`threads`'s ``max_idle_gap`` (write order, all namespaces;

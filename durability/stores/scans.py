@@ -187,25 +187,24 @@ class Scans(WriteHistory, Aggregates):
         )
         return heapq.nsmallest(limit, found)
 
-    def thread_columns(
-        self, *, chunk_size: int = 50_000, idle_gaps: bool = True
-    ) -> Iterator[Columns]:
+    def thread_columns(self, *, chunk_size: int = 50_000, lean: bool = False) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.
 
         ``max_idle_gap`` is the longest time between two consecutive checkpoints (write
         order) in microseconds, ``None`` for a thread with fewer than two; ``status`` and
-        ``newest_run_id`` are those of the thread's last checkpoint. ``idle_gaps=False`` may
-        leave ``max_idle_gap`` ``None`` for every thread, where measuring it is a pass of its
-        own (the SQL store's ``LAG`` over every checkpoint); the other columns are the same.
+        ``newest_run_id`` are those of the thread's last checkpoint. ``lean=True`` may leave
+        ``max_idle_gap``, ``status`` and ``newest_run_id`` ``None`` for every thread, where they
+        cost reads of their own (the SQL store's ``LAG`` over every checkpoint and its read of
+        each thread's newest row); the other columns are the same.
         """
         _check_chunk(chunk_size, "read thread columns")
         self.store.ready()
-        if not idle_gaps:
-            return self._thread_columns_without_gaps(chunk_size)
+        if lean:
+            return self._lean_thread_columns(chunk_size)
         return self._thread_columns(chunk_size)
 
-    def _thread_columns_without_gaps(self, chunk_size: int) -> Iterator[Columns]:
-        """:meth:`_thread_columns` without measuring the gaps (by default it measures them)."""
+    def _lean_thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        """:meth:`_thread_columns` without its costly columns (by default it has them all)."""
         return self._thread_columns(chunk_size)
 
     def outbox_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:

@@ -30,7 +30,6 @@ from durability.stores.sql.outbox import entry_join, entry_sql
 from durability.stores.sql.outbox_queue import catch_up
 from durability.stores.sql.schema import (
     ID_INDEX_CHARS,
-    SWEEP_INDEX,
     checkpoints,
     delta,
     parks,
@@ -159,13 +158,13 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
         for rows in db.stream("read checkpoint columns", query, params, chunk_size):
             yield columns_of(columns, rows)
 
-    def _thread_columns(self, chunk_size: int, gaps: bool = True) -> Iterator[Columns]:
+    def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
         # THREAD_COLUMNS from "owner" on are the ledger's columns, under the same names.
         ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
         ledger_cols = ", ".join("l." + name for name in ledger)
         table = self.store.db.table(threads.name)
         query = f"""
-WITH t AS ({self._thread_totals(gaps)})
+WITH t AS ({self._thread_totals()})
 SELECT t.thread_id, t.n, t.size, t.first_at, t.newest_at, t.max_gap, t.status, t.run_id,
        {ledger_cols}
 FROM t LEFT JOIN {table} l ON l.tkey = t.tkey AND l.thread_id = t.thread_id
@@ -177,38 +176,56 @@ WHERE t.tkey IS NULL
         for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
             yield columns_of(THREAD_COLUMNS, rows)
 
-    def _thread_columns_without_gaps(self, chunk_size: int) -> Iterator[Columns]:
-        return self._thread_columns(chunk_size, gaps=False)
+    def _lean_thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        # The totals are one GROUP BY on the walk of the (tkey, seq, created_at, size_bytes)
+        # index: no window and no sort (about half the LAG's statement), joined to the ledger
+        # by thread key as the sweep's read is. The newest row is read (by primary key) only
+        # for a thread the ledger lacks, as a scalar subquery that is not run otherwise (on
+        # 10,000,000 rows, reading every thread's newest row was as long as the rest).
+        ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
+        ledger_cols = ", ".join("l." + name for name in ledger)
+        table, cps = self.store.db.table(threads.name), self.store.sql.table
+        index = self._history_index()  # the index walk
+        newest = f"FROM {cps} c WHERE c.seq = g.newest_seq"
+        query = f"""
+SELECT COALESCE(l.thread_id, (SELECT c.thread_id {newest})), g.n, g.size, g.first_at,
+       g.newest_at, NULL, NULL, CASE WHEN l.tkey IS NULL THEN (SELECT c.run_id {newest}) END,
+       {ledger_cols}
+FROM (
+  SELECT tkey, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+         min(created_at) AS first_at, max(created_at) AS newest_at, max(seq) AS newest_seq
+  FROM {index} GROUP BY tkey
+) AS g
+LEFT JOIN {table} l ON l.tkey = g.tkey
+UNION ALL
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
+FROM {table} l WHERE NOT EXISTS (SELECT 1 FROM {index} WHERE tkey = l.tkey)
+"""  # noqa: S608 - quoted identifiers only, no values
+        for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
+            yield columns_of(THREAD_COLUMNS, rows)
 
-    def _thread_totals(self, gaps: bool) -> str:
+    def _thread_totals(self) -> str:
         """Per thread: count, bytes, first and newest time, longest gap, the newest row's status.
 
         One pass of ``LAG`` over each thread's rows in write order gives the gaps, grouped by
         the thread key (the 128-bit hash standing for the id, as the sweep's totals): every
         column it reads is in the ``(tkey, seq, created_at, size_bytes)`` index, so the pass
-        walks that index in order, with no table read. Without ``gaps`` (``max_gap`` NULL) the
-        totals are one ``GROUP BY`` on that walk, which needs no window and no sort of its
-        rows: about half the statement's time. The id, status and run come from the newest
-        row, by primary key.
+        walks that index in order, with no table read and no sort. The id, status and run come
+        from the newest row, by primary key.
         """
         cps = self.store.sql.table
-        # SQLite would rather scan the table and sort; the covering index is the faster walk.
-        index = f" INDEXED BY {SWEEP_INDEX.name}" if self.store.db.sqlite else ""
-        rows = f"{cps}{index}"
-        if gaps:
-            rows = f"""(
-      SELECT tkey, seq, created_at, size_bytes,
-             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
-      FROM {rows}
-    ) AS w"""  # noqa: S608
         return f"""
   SELECT g.tkey, c.thread_id, g.n, g.size, g.first_at, g.newest_at, g.max_gap,
          c.status, c.run_id
   FROM (
     SELECT tkey, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
-           min(created_at) AS first_at, max(created_at) AS newest_at,
-           {"max(gap)" if gaps else "CAST(NULL AS BIGINT)"} AS max_gap, max(seq) AS newest_seq
-    FROM {rows}
+           min(created_at) AS first_at, max(created_at) AS newest_at, max(gap) AS max_gap,
+           max(seq) AS newest_seq
+    FROM (
+      SELECT tkey, seq, created_at, size_bytes,
+             created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
+      FROM {self._history_index()}
+    ) AS w
     GROUP BY tkey
   ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
 
