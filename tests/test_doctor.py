@@ -255,8 +255,8 @@ def test_a_sample_reads_the_chains_of_the_picked_threads_only(store: Store) -> N
         put_chain(store, f"t{i:02}", ["a", "b"])
         store.put(Checkpoint(thread_id=f"t{i:02}", checkpoint_id="c", parent_checkpoint_id="x"))
     diagnosis = diagnose(store, now=T0, sample=4, only={"missing_parent"})
-    read, total = diagnosis.sampled["missing_parent"]
-    assert total == 12
+    read, total, what = diagnosis.sampled["missing_parent"]
+    assert (total, what) == (12, "threads")
     assert 1 <= read <= 4
     assert len({p.thread_id for p in diagnosis.problems}) == read
     counted = diagnose(store, now=T0, sample=4, thread_count=12, only={"missing_parent"})
@@ -265,9 +265,43 @@ def test_a_sample_reads_the_chains_of_the_picked_threads_only(store: Store) -> N
     assert whole.sampled == {}
     assert len(whole.problems) == 12
     frame = frames.problems(store, now=T0, sample=4, only={"missing_parent"})
-    assert frame.attrs["sampled"] == {"missing_parent": {"threads": read, "of": 12}}
+    assert frame.attrs["sampled"] == {"missing_parent": {"read": read, "of": 12, "what": "threads"}}
     with pytest.raises(ConfigError, match="sample=0"):
         diagnose(store, sample=0)
+
+
+@pytest.mark.parametrize("provider", ["sqlite", "postgres"])
+def test_a_sample_checks_some_synced_records_and_every_outbox_row(
+    provider: str, tmp_path: Path
+) -> None:
+    """With ``sample``, outbox_without_checkpoint checks about that many synced records picked
+    at random (one per checkpoint the plane took) and every outbox row; it finds only injected
+    orphans and says how many records it read of how many. Without, it finds every orphan."""
+    from durability.stores.sql.schema import outbox_table, synced_table
+
+    for target in make_target(provider, tmp_path):
+        with target.open(settings=SETTINGS, clock=FrozenClock(T0)) as store:
+            rows = [store.put(Checkpoint(thread_id=f"t{i}")) for i in range(10)]
+            assert store.outbox is not None
+            store.outbox.mark_synced([(r.thread_id, r.seq) for r in rows])  # type: ignore[misc]
+            orphans = {10**9 + i for i in range(10)}
+            with store.db.write("inject") as conn:  # type: ignore[attr-defined]
+                for seq in orphans:
+                    conn.execute(synced_table.insert().values(seq=seq, attempts=1))
+                conn.execute(outbox_table.insert().values(seq=7 * 10**9, project_id=""))
+            only = {"outbox_without_checkpoint"}
+            [whole] = diagnose(store, now=T0, only=only).problems
+            assert {seq for _tag, seq in whole.keys} == orphans | {7 * 10**9}
+            sampled = diagnose(store, now=T0, only=only, sample=4)
+            read, total, what = sampled.sampled["outbox_without_checkpoint"]
+            assert (total, what) == (20, "synced records")
+            assert 1 <= read <= 4
+            [found] = sampled.problems
+            seqs = {seq for _tag, seq in found.keys}
+            assert 7 * 10**9 in seqs
+            assert seqs - {7 * 10**9} <= orphans
+            assert len(seqs) <= read + 1
+            assert diagnose(store, now=T0, only=only, sample=20).sampled == {}
 
 
 def test_what_the_seeds_intend_reports_nothing(store: Store) -> None:

@@ -57,9 +57,10 @@ def diagnose(
     For a store too large to list or read whole (the defaults check and list everything):
     ``info_limit`` lists at most that many findings of each ``info`` check and counts the rest
     (:attr:`Diagnosis.counted`); ``sample`` makes the checks that read every checkpoint
-    (``missing_parent``) read those of about ``sample`` threads picked at random, in a store
-    holding more threads (:attr:`Diagnosis.sampled`); ``thread_count``: how many threads the
-    store holds, when already counted.
+    (``missing_parent``: the threads of ``sample`` checkpoints picked at random, in a store of
+    more threads) and every outbox record (``outbox_without_checkpoint``: ``sample`` synced
+    records) read a sample (:attr:`Diagnosis.sampled`); ``thread_count``: how many threads
+    the store holds, when already counted.
     """
     when = now if now is not None else store.clock()
     where = redact_url(store.url)
@@ -83,12 +84,13 @@ def diagnose(
         _run(check, ctx, diagnosis)
     order = {s: i for i, s in enumerate(SEVERITIES)}
     diagnosis.problems.sort(key=lambda p: (order[p.severity], p.check, p.thread_id or ""))
+    diagnosis.sampled.update(ctx.samples)
     return diagnosis
 
 
 def _run(check: Check, ctx: Context, diagnosis: Diagnosis) -> None:
     """Add what ``check`` finds to ``diagnosis``: an ``info`` check's first
-    :attr:`Context.info_limit` findings, the rest counted; a sampled read named."""
+    :attr:`Context.info_limit` findings, the rest counted."""
     findings = iter(check.run(ctx))
     limit = ctx.info_limit if check.severity == "info" else None
     listed = [check.problem(ctx, *finding) for finding in islice(findings, limit)]
@@ -96,8 +98,6 @@ def _run(check: Check, ctx: Context, diagnosis: Diagnosis) -> None:
         total = check.count(ctx) if check.count else limit + sum(1 for _ in findings)
         if total > limit:
             diagnosis.counted[check.name] = total
-    if check.sampled and ctx.sampling is not None:
-        diagnosis.sampled[check.name] = (len(ctx.sampling[0]), ctx.sampling[1])
     diagnosis.problems.extend(listed)
 
 

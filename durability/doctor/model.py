@@ -63,8 +63,8 @@ class Check:
     check; ``unless`` says why not). ``repair`` names the safe repair ``--fix`` applies (``None``: report only).
     ``count`` counts the findings in the store without listing them, for an ``info`` check
     whose listing :attr:`Context.info_limit` cuts short (``None``: the rest are counted as
-    ``run`` yields them). ``sampled``: the check reads every checkpoint, so it reads only
-    those of :attr:`Context.picked` when the doctor is asked for a sample.
+    ``run`` yields them). A check that reads every row reads a sample instead when the doctor
+    is asked for one (:attr:`Context.sample`), and says so in :attr:`Context.samples`.
     """
 
     name: str
@@ -77,7 +77,6 @@ class Check:
     #: Why the check is skipped where ``applies`` says no.
     unless: str = "the store keeps none"
     count: Callable[[Context], int] | None = None
-    sampled: bool = False
 
     def problem(
         self, ctx: Context, thread_id: str | None, keys: Sequence[Any], detail: str
@@ -105,11 +104,13 @@ class Context:
     replica: Replica | None = None
     #: How many findings of each ``info`` check are listed (``None``: all); the rest are counted.
     info_limit: int | None = None
-    #: The checks that read every checkpoint read those of about this many threads picked at
-    #: random instead, in a store holding more threads (``None``: every thread).
+    #: The checks that read every row read about this many picked at random instead (threads,
+    #: records), in a store holding more (``None``: every one).
     sample: int | None = None
     #: How many threads the store holds, when already counted (a sample does not count again).
     thread_count: int | None = None
+    #: What each check that read a sample read: ``(read, of, what)`` (``what`` names the unit).
+    samples: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @cached_property
     def sampling(self) -> tuple[list[str], int] | None:
@@ -153,8 +154,8 @@ class Diagnosis:
     #: The ``info`` checks that found more than ``info_limit``: how many each found in all
     #: (``problems`` lists the first ``info_limit`` of them).
     counted: dict[str, int] = field(default_factory=dict)
-    #: The checks that read a sample: ``(threads read, threads in the store)``.
-    sampled: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: The checks that read a sample: ``(read, of, what)``, e.g. ``(1992, 1000000, "threads")``.
+    sampled: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -179,7 +180,7 @@ class Diagnosis:
             "checks": self.checks,
             "skipped": self.skipped,
             "counted": self.counted,
-            "sampled": {check: list(pair) for check, pair in self.sampled.items()},
+            "sampled": {check: list(read) for check, read in self.sampled.items()},
             "problems": [p.to_dict() for p in self.problems],
         }
 

@@ -131,21 +131,26 @@ def overdue_count(store: Store, before: datetime, now: datetime) -> int:
 
         from durability.stores.sql.schema import threads
 
-        query = sa.select(sa.func.count()).select_from(threads).where(*_overdue_sql(before, now))
+        # A walk of the ledger, not of the due index: SQLite keeps no statistics and would read
+        # each due thread's row at random through the index (2.5 s of 1,000,000, 0.1 s walked).
+        query = sa.select(sa.func.count()).select_from(threads)
+        query = query.where(*_overdue_sql(before, now, walk=True))
         with store.db.read("count overdue marks") as conn:  # type: ignore[attr-defined]
             return int(conn.execute(query).scalar_one())
     return len(_overdue_columns(store, before, now)[0])
 
 
-def _overdue_sql(before: datetime, now: datetime) -> list[Any]:
-    """The ledger rows of :func:`overdue_marks`: due by ``before``, no lease live at ``now``."""
+def _overdue_sql(before: datetime, now: datetime, *, walk: bool = False) -> list[Any]:
+    """The ledger rows of :func:`overdue_marks`: due by ``before``, no lease live at ``now``
+    (``walk``: compared as an expression, which no index serves)."""
     import sqlalchemy as sa
 
     from durability.stores.sql.schema import micros, threads
 
     t = threads.c
+    due = t.due_at + 0 if walk else t.due_at
     return [
-        t.due_at <= (micros(before) or 0),
+        due <= (micros(before) or 0),
         sa.or_(t.lease_holder.is_(None), t.lease_expires_at <= micros(now)),
     ]
 
@@ -178,8 +183,13 @@ def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> li
         "leased": t.lease_holder.isnot(None),
         "due": t.due_at <= (micros(before) or 0),
     }[which]
+    query = sa.select(t.thread_id).where(clause)
+    if which == "empty":
+        # In key order: each probe of the per-thread index lands next to the last (SQLite would
+        # walk the ledger in row order and probe at random: 4.9 s of 1,000,000 threads, 0.8 s).
+        query = query.order_by(t.tkey)
     with store.db.read("find ledger records to check") as conn:  # type: ignore[attr-defined]
-        return [row[0] for row in conn.execute(sa.select(t.thread_id).where(clause))]
+        return [row[0] for row in conn.execute(query)]
 
 
 # ---------------------------------------------------------------------------- memory

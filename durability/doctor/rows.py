@@ -24,6 +24,8 @@ def _orphan_writes(ctx: Context) -> Iterator[Finding]:
 
 
 def _missing_parents(ctx: Context) -> Iterator[Finding]:
+    if ctx.sampling is not None:
+        ctx.samples["missing_parent"] = (len(ctx.sampling[0]), ctx.sampling[1], "threads")
     for thread_id, orphans in sorted(reads.missing_parents(ctx.store, ctx.picked).items()):
         pairs = [f"{cid} (parent {parent})" for _ns, cid, parent in orphans]
         yield (
@@ -35,7 +37,7 @@ def _missing_parents(ctx: Context) -> Iterator[Finding]:
 
 
 def _orphan_outbox(ctx: Context) -> Iterator[Finding]:
-    found = outbox.orphan_outbox(ctx.store)
+    found = outbox.orphan_outbox(ctx.store, ctx.sample, ctx.samples)
     for thread_id, keys in sorted(found.items(), key=lambda i: i[0] or ""):
         yield (
             thread_id,
@@ -71,7 +73,6 @@ MISSING_PARENT = Check(
     "a checkpoint whose parent is absent while older rows of its thread remain (not a fork "
     "origin, a latest-only restore or a thread pruned to its latest)",
     _missing_parents,
-    sampled=True,
 )
 
 CHECKS = (ORPHAN_WRITES, ORPHAN_OUTBOX, MISSING_PARENT)

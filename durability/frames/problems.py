@@ -25,7 +25,8 @@ def problems(store: Store, now: datetime | None = None, **options: Any) -> pd.Da
     ``attrs["counts"]``: how many findings of each severity, those counted but not listed
     included; ``attrs["counted"]``: the ``info`` checks whose findings ``info_limit`` cut short,
     each with how many it found in all (the frame lists the first ``info_limit``); ``attrs["sampled"]``:
-    the checks that read a sample, each ``{"threads": read, "of": threads in the store}``. Both
+    the checks that read a sample, each ``{"read": n, "of": in the store, "what": "threads"}``
+    (or ``"synced records"``). Both
     empty when the store was listed and read whole (the default).
     """
 
@@ -38,7 +39,8 @@ def problems(store: Store, now: datetime | None = None, **options: Any) -> pd.Da
     frame.attrs["counts"] = diagnosis.counts()
     frame.attrs["counted"] = dict(diagnosis.counted)
     frame.attrs["sampled"] = {
-        check: {"threads": read, "of": total} for check, (read, total) in diagnosis.sampled.items()
+        check: {"read": read, "of": total, "what": what}
+        for check, (read, total, what) in diagnosis.sampled.items()
     }
     return frame
 
