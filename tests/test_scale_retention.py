@@ -362,3 +362,14 @@ def test_lean_threads_hold_the_ledger_only_and_unledgered_threads(
     assert lean.thread_id.tolist() == ["both", "ledger-only", "rows-only"]
     pd.testing.assert_frame_equal(lean, whole.drop(columns=COSTLY))
     pd.testing.assert_frame_equal(gaps, whole.drop(columns=COSTLY[:2]))
+
+
+def test_thread_buckets_come_in_code_point_order_of_ids(target: StoreTarget) -> None:
+    """The answer is in thread id order as Python sorts ids (code points), whatever the
+    database's collation: the SQL store sorts it, the others in Python."""
+    ids = ["b", "B", "a-1", "a", "é", "Z", "_z"]
+    with target.open() as store:
+        for thread_id in ids:
+            store.put(Checkpoint(thread_id=thread_id, checkpoint_id="c"))
+        answer = store.scans.thread_buckets(0, DAY_US, 3)
+    assert answer["thread_id"] == sorted(ids)

@@ -71,6 +71,9 @@ class SQLWriteHistory(WriteHistory):
             )
 
         grid = (origin, last, buckets, origin, step, step)
+        # Sorted in the store, in code point order as Python sorts (SQLite's binary order,
+        # Postgres's "C" collation): a sort of 1,000,000 tuples in Python took longer.
+        code_points = "" if self.store.db.sqlite else ' COLLATE "C"'
         # A bucket grows with the time, so a thread whose oldest and newest writes share one
         # (most threads) is its totals, one GROUP BY on the index walk with no sort; only the
         # threads spanning several are grouped per bucket, read by their key. A thread's newest
@@ -92,14 +95,17 @@ WITH t AS (
     AND tkey IN (SELECT tkey FROM t WHERE {bucket("oldest")} < {bucket("newest")})
   GROUP BY tkey, b
 )
-SELECT COALESCE(l.thread_id, (SELECT c.thread_id FROM {table} c WHERE c.seq = g.newest_seq)),
-       g.b, g.size, g.newest, g.oldest,
-       l.finished_at, l.declared_waiting, l.declared_finished, l.owner
-FROM g
-LEFT JOIN {ledger} l ON l.tkey = g.tkey"""  # noqa: S608 - identifiers only
+SELECT * FROM (
+  SELECT COALESCE(l.thread_id, (SELECT c.thread_id FROM {table} c WHERE c.seq = g.newest_seq))
+           AS thread_id,
+         g.b, g.size, g.newest, g.oldest,
+         l.finished_at, l.declared_waiting, l.declared_finished, l.owner
+  FROM g
+  LEFT JOIN {ledger} l ON l.tkey = g.tkey
+) AS answer
+ORDER BY answer.thread_id{code_points}, answer.b"""  # noqa: S608 - identifiers only
         params = grid * 6  # six buckets computed, in the order the statement reads them
         rows = self._history_rows("group the writes per thread and bucket", query, params)
-        rows.sort(key=lambda r: (r[0], r[1]))
         answer = columns(rows, THREAD_BUCKET_ANSWER)
         answer["size_bytes"] = [int(v or 0) for v in answer["size_bytes"]]
         answer["bucket"] = [int(v) for v in answer["bucket"]]
