@@ -237,6 +237,15 @@ def test_outbox_states_and_rows(bulk: Bulk, store: Store) -> None:
     assert states.loc["quarantined", "size_bytes"] == sum(size[s] for s in bulk.quarantined)
     assert states["rows"].sum() == len(bulk.rows)
     assert store.scans.outbox_groups() == Aggregates(store).outbox_groups()
+    owners = frames.owners(store)
+    pd.testing.assert_frame_equal(
+        frames.outbox_states(store, owners=owners),
+        states.reset_index()[frames.outbox_states(store).columns],
+    )
+    # The owners' sums are the totals it uses, not counted again: doubled, the synced row doubles.
+    doubled = owners.assign(checkpoints=owners.checkpoints * 2, size_bytes=owners.size_bytes * 2)
+    told = frames.outbox_states(store, owners=doubled).set_index("state")
+    assert told.loc["synced", "rows"] == states.loc["synced", "rows"] + len(bulk.rows)
     oldest = frames.outbox_rows(store, "pending", limit=3)
     assert list(oldest.seq) == sorted(bulk.pending)[:3]
     assert frames.outbox_rows(store, "quarantined").sync_error.eq("over the cap").all()

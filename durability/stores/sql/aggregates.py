@@ -192,7 +192,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         return answer
 
     @reconnecting
-    def _outbox_groups(self) -> Table:
+    def _outbox_groups(self, totals: tuple[int, int] | None) -> Table:
         # The outbox holds the pending and quarantined rows (few); every other checkpoint is
         # synced: the store's totals (the per-thread index) less the outbox's, its attempts
         # those of the synced records (a delete removes a checkpoint's records with it).
@@ -212,7 +212,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         rows = self._answer("count the outbox by state", states)
         sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
         self._add_unqueued(sums)
-        count, size = self._store_totals()
+        count, size = self._store_totals() if totals is None else totals
         synced = [count - sum(v[0] for v in sums.values()), size - sum(v[1] for v in sums.values())]
         if synced[0] > 0:
             (tried,) = self._answer("count the outbox by state", attempts)[0]
