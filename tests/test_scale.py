@@ -425,3 +425,28 @@ def test_write_times_counted_per_bucket_in_the_last_window(bulk: Bulk, store: St
     read = frames.write_times(store, last=last)
     assert read.created_at.tolist() == recent.tolist()
     assert read.attrs["width"] is None
+
+
+@pytest.mark.parametrize("provider", ["sqlite", "postgres"])
+def test_owners_count_ledger_threads_holding_no_checkpoint(provider: str, tmp_path: Path) -> None:
+    """Per owner, the SQL sums (the checkpoints' totals by ledger owner, then the whole ledger)
+    equal the default's: a ledger thread holding no checkpoint counts once, a thread the ledger
+    does not record counts under no owner, and every finished mark counts."""
+    from durability import Checkpoint
+    from tests.conftest import make_target
+
+    for target in make_target(provider, tmp_path):
+        with target.open() as store:
+            for i in range(6):
+                store.put(Checkpoint(thread_id=f"held-{i}"))
+                if i % 3:
+                    store.record_run_start(f"held-{i}", run_id=f"r{i}", owner=f"o{i % 2}")
+            for i in range(4):  # recorded, no checkpoint
+                store.record_run_start(f"empty-{i}", run_id=f"e{i}", owner=f"o{i % 2}")
+            for thread_id in ("held-1", "empty-0", "empty-3"):
+                store.mark_finished(thread_id)
+            found = store.scans.owner_groups()
+            assert found == Aggregates(store).owner_groups()
+            by_owner = dict(zip(found["owner"], found["threads"], strict=True))
+            assert by_owner == {"o0": 4, "o1": 4, None: 2}
+            assert sum(found["finished"]) == 3

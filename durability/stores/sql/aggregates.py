@@ -59,26 +59,27 @@ class SQLAggregates(Aggregates):
 
     @reconnecting
     def _owner_groups(self) -> dict[Any, list[Any]]:
+        # The threads holding checkpoints by ledger owner (the per-thread index walked once,
+        # counting those the ledger records), then the whole ledger by owner: a ledger thread
+        # holding no checkpoint is one not matched above, found with no probe per thread (1M
+        # random probes of the index took 4 s on SQLite, more on Postgres).
         ledger = self.store.db.table(threads.name)
         totals = (
             "SELECT tkey, COUNT(*) AS n, CAST(SUM(size_bytes) AS BIGINT) AS size "  # noqa: S608
             f"FROM {self._by_thread()} GROUP BY tkey"
         )
         with_rows = (
-            f"SELECT l.owner, COUNT(*), SUM(t.n), SUM(t.size), COUNT(l.finished_at) "  # noqa: S608
+            f"SELECT l.owner, COUNT(*), SUM(t.n), SUM(t.size), COUNT(l.tkey) "  # noqa: S608
             f"FROM ({totals}) t LEFT JOIN {ledger} l ON l.tkey = t.tkey GROUP BY l.owner"
         )
-        ledger_only = (
-            f"SELECT l.owner, COUNT(*), 0, 0, COUNT(l.finished_at) FROM {ledger} l "  # noqa: S608
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.store.sql.table} c WHERE c.tkey = l.tkey) "
-            "GROUP BY l.owner"
-        )
+        recorded = f"SELECT owner, COUNT(*), COUNT(finished_at) FROM {ledger} GROUP BY owner"  # noqa: S608
         sums: dict[Any, list[Any]] = {}
-        for query in (with_rows, ledger_only):
-            for owner, *values in self._answer("group threads by owner", query):
-                entry = sums.setdefault(owner, [0, 0, 0, 0])
-                for i, value in enumerate(values):
-                    entry[i] += int(value or 0)
+        for owner, held, n, size, matched in self._answer("group threads by owner", with_rows):
+            sums[owner] = [int(held) - int(matched or 0), int(n or 0), int(size or 0), 0]
+        for owner, count, finished in self._answer("group the ledger by owner", recorded):
+            entry = sums.setdefault(owner, [0, 0, 0, 0])
+            entry[0] += int(count)
+            entry[3] += int(finished or 0)
         return sums
 
     @reconnecting
