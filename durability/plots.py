@@ -337,8 +337,12 @@ def idle_gaps(
 
     Threads to the right of the proposed line would have been deleted between two of their
     turns by a sweep with that waiting value (see :func:`durability.simulate.lost_conversations`).
+    A frame of :func:`durability.frames.idle_gaps` from a sample says so in the title, and how
+    large the sample is.
     """
     title = "Longest idle gap per thread"
+    if (sample := threads.attrs.get("sample")) is not None:
+        title += f" (a sample of {sample['threads']:,} of {sample['of']:,} threads)"
     gaps = pd.to_timedelta(threads["max_idle_gap"]).dropna() if len(threads) else pd.Series()
     if gaps.empty:
         return _no_data(title, f"{NO_DATA}: no thread has two checkpoints yet")

@@ -33,6 +33,7 @@ from durability.doctor import CHECKS, diagnose
 from durability.doctor.model import Diagnosis
 from durability.doctor.repair import RepairPlan, RepairStep, apply_repairs, plan_repairs
 from durability.doctor.replica import Replica
+from durability.errors import ConfigError
 from durability.model import STEP_FORK_ORIGIN, STEP_RUN_END
 from durability.replication import connect, disconnect
 from durability.replication.client import PlaneClient
@@ -220,6 +221,87 @@ def test_the_outbox_repairs_recheck_each_record_as_they_act(store: Store) -> Non
     assert result.applied == {"drop_orphan_outbox": 0}
     assert r.client.hexists(base + "sy", f"h{seqs[0]}")
     assert r.client.hexists(base + "os", f"h{seqs[1]}")
+
+
+def test_info_findings_past_the_limit_are_counted_not_listed(store: Store) -> None:
+    """With ``info_limit``, an info check lists that many findings, the longest overdue first,
+    and counts the rest in the store; counts() and the frame's attrs say how many in all."""
+    assert store.ledger is not None
+    for i in (4, 3, 2, 1, 0):  # f0 marked last, due last
+        store.put(Checkpoint(thread_id=f"f{i}"))
+        store.mark_finished(f"f{i}")
+        store.clock.advance(timedelta(hours=1))  # type: ignore[attr-defined]
+    whole = diagnose(store, now=LATER)
+    assert whole.counts()["info"] == 5
+    assert whole.counted == {}
+    capped = diagnose(store, now=LATER, info_limit=2)
+    assert [p.thread_id for p in capped.problems] == ["f3", "f4"]
+    assert capped.counted == {"finished_past_due": 5}
+    assert capped.counts()["info"] == 5
+    assert capped.to_dict()["counted"] == {"finished_past_due": 5}
+    assert diagnose(store, now=LATER, info_limit=5).counted == {}
+    frame = frames.problems(store, now=LATER, info_limit=2)
+    assert len(frame) == 2
+    assert frame.attrs["counted"] == {"finished_past_due": 5}
+    assert frame.attrs["counts"] == {"error": 0, "warning": 0, "info": 5}
+    assert frame.attrs["sampled"] == {}
+
+
+def test_a_sample_reads_the_chains_of_the_picked_threads_only(store: Store) -> None:
+    """With ``sample``, missing_parent reads the threads of that many checkpoints picked at
+    random, in a store holding more threads: each picked thread's break is found, no other,
+    and the diagnosis says how many threads it read of how many."""
+    for i in range(12):
+        put_chain(store, f"t{i:02}", ["a", "b"])
+        store.put(Checkpoint(thread_id=f"t{i:02}", checkpoint_id="c", parent_checkpoint_id="x"))
+    diagnosis = diagnose(store, now=T0, sample=4, only={"missing_parent"})
+    read, total, what = diagnosis.sampled["missing_parent"]
+    assert (total, what) == (12, "threads")
+    assert 1 <= read <= 4
+    assert len({p.thread_id for p in diagnosis.problems}) == read
+    counted = diagnose(store, now=T0, sample=4, thread_count=12, only={"missing_parent"})
+    assert counted.sampled == diagnosis.sampled
+    whole = diagnose(store, now=T0, sample=12, only={"missing_parent"})
+    assert whole.sampled == {}
+    assert len(whole.problems) == 12
+    frame = frames.problems(store, now=T0, sample=4, only={"missing_parent"})
+    assert frame.attrs["sampled"] == {"missing_parent": {"read": read, "of": 12, "what": "threads"}}
+    with pytest.raises(ConfigError, match="sample=0"):
+        diagnose(store, sample=0)
+
+
+@pytest.mark.parametrize("provider", ["sqlite", "postgres"])
+def test_a_sample_checks_some_synced_records_and_every_outbox_row(
+    provider: str, tmp_path: Path
+) -> None:
+    """With ``sample``, outbox_without_checkpoint checks about that many synced records picked
+    at random (one per checkpoint the plane took) and every outbox row; it finds only injected
+    orphans and says how many records it read of how many. Without, it finds every orphan."""
+    from durability.stores.sql.schema import outbox_table, synced_table
+
+    for target in make_target(provider, tmp_path):
+        with target.open(settings=SETTINGS, clock=FrozenClock(T0)) as store:
+            rows = [store.put(Checkpoint(thread_id=f"t{i}")) for i in range(10)]
+            assert store.outbox is not None
+            store.outbox.mark_synced([(r.thread_id, r.seq) for r in rows])  # type: ignore[misc]
+            orphans = {10**9 + i for i in range(10)}
+            with store.db.write("inject") as conn:  # type: ignore[attr-defined]
+                for seq in orphans:
+                    conn.execute(synced_table.insert().values(seq=seq, attempts=1))
+                conn.execute(outbox_table.insert().values(seq=7 * 10**9, project_id=""))
+            only = {"outbox_without_checkpoint"}
+            [whole] = diagnose(store, now=T0, only=only).problems
+            assert {seq for _tag, seq in whole.keys} == orphans | {7 * 10**9}
+            sampled = diagnose(store, now=T0, only=only, sample=4)
+            read, total, what = sampled.sampled["outbox_without_checkpoint"]
+            assert (total, what) == (20, "synced records")
+            assert 1 <= read <= 4
+            [found] = sampled.problems
+            seqs = {seq for _tag, seq in found.keys}
+            assert 7 * 10**9 in seqs
+            assert seqs - {7 * 10**9} <= orphans
+            assert len(seqs) <= read + 1
+            assert diagnose(store, now=T0, only=only, sample=20).sampled == {}
 
 
 def test_what_the_seeds_intend_reports_nothing(store: Store) -> None:

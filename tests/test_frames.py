@@ -238,6 +238,8 @@ def test_threads_frame_totals_gaps_ledger_and_parks(fleet: Fleet) -> None:
         later = frames.threads(fleet.store, now=fleet.parked.park.deadline + timedelta(seconds=1))
         assert not later.set_index("thread_id").loc[fleet.parked.thread_id, "parked"]
     assert frame["parked"].sum() == (1 if fleet.parked else 0)
+    lean = frames.threads(fleet.store, now=now, lean=True)
+    pd.testing.assert_frame_equal(lean, frame.drop(columns=["run_id", "status", "max_idle_gap"]))
 
 
 def test_threads_frame_counts_the_rows_the_plane_lacks_as_the_sweep_does(fleet: Fleet) -> None:

@@ -11,13 +11,14 @@ import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pandas as pd
 import pytest
+import sqlalchemy as sa
 
 import durability
 from durability import analyses, bundle, frames, plots
@@ -236,6 +237,15 @@ def test_outbox_states_and_rows(bulk: Bulk, store: Store) -> None:
     assert states.loc["quarantined", "size_bytes"] == sum(size[s] for s in bulk.quarantined)
     assert states["rows"].sum() == len(bulk.rows)
     assert store.scans.outbox_groups() == Aggregates(store).outbox_groups()
+    owners = frames.owners(store)
+    pd.testing.assert_frame_equal(
+        frames.outbox_states(store, owners=owners),
+        states.reset_index()[frames.outbox_states(store).columns],
+    )
+    # The owners' sums are the totals it uses, not counted again: doubled, the synced row doubles.
+    doubled = owners.assign(checkpoints=owners.checkpoints * 2, size_bytes=owners.size_bytes * 2)
+    told = frames.outbox_states(store, owners=doubled).set_index("state")
+    assert told.loc["synced", "rows"] == states.loc["synced", "rows"] + len(bulk.rows)
     oldest = frames.outbox_rows(store, "pending", limit=3)
     assert list(oldest.seq) == sorted(bulk.pending)[:3]
     assert frames.outbox_rows(store, "quarantined").sync_error.eq("over the cap").all()
@@ -360,3 +370,83 @@ def test_live_leases_of_a_sample_in_one_read(store: Store) -> None:
     finally:
         store.release_lease("t-00001", "worker")
         store.release_lease("t-00002", "worker")
+
+
+def test_sqlite_outbox_reads_walk_the_outbox_not_every_checkpoint(store: Store) -> None:
+    """On SQLite (no table statistics) each read joining the outbox to the checkpoints walks
+    the outbox and reads its checkpoints by key: none scans the checkpoints or an index of
+    every one of them to probe the outbox (at 10,000,000 rows, a read of the whole index)."""
+    sent: list[str] = []
+
+    def capture(statement: str) -> None:
+        if " o " in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append(statement)
+
+    def on_engine(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        capture(statement.replace("?", "1"))
+
+    db: Any = store.db  # type: ignore[attr-defined]
+    sa.event.listen(db.engine, "before_cursor_execute", on_engine)
+    db._local_connection().set_trace_callback(capture)  # the chunked reads' own connection
+    try:
+        assert len(frames.outbox_rows(store, "pending", limit=3)) == 3
+        frames.outbox_rows(store, "quarantined", limit=3)
+        frames.outbox_states(store)
+        store.outbox.summary()  # type: ignore[union-attr]
+        store.unreplicated()
+        analyses.readiness_summary(store, top=5)
+    finally:
+        db._local_connection().set_trace_callback(None)
+        sa.event.remove(db.engine, "before_cursor_execute", on_engine)
+    assert len(sent) >= 6
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as conn:
+        for statement in sent:
+            plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}")]
+            walks = [step for step in plan if step.startswith("SCAN")]
+            assert not [
+                w for w in walks if w.startswith(("SCAN c", "SCAN durability_checkpoints"))
+            ], (
+                statement,
+                plan,
+            )
+
+
+def test_write_times_counted_per_bucket_in_the_last_window(bulk: Bulk, store: Store) -> None:
+    """``frames.write_times(width=, last=)``: the writes of the last window up to the newest,
+    each at its bucket's start, counted in the store; the whole read agrees, row for row."""
+    whole = frames.write_times(store)
+    assert len(whole) == len(bulk.rows)
+    last = timedelta(hours=10)
+    recent = whole.created_at[whole.created_at >= whole.created_at.max() - last]
+    counted = frames.write_times(store, width="1h", last=last)
+    assert counted.attrs["width"] == "1h"
+    assert counted.dtypes.astype(str).to_dict() == frames.COLUMNS["write_times"]
+    assert counted.created_at.tolist() == sorted(recent.dt.floor("1h"))
+    read = frames.write_times(store, last=last)
+    assert read.created_at.tolist() == recent.tolist()
+    assert read.attrs["width"] is None
+
+
+@pytest.mark.parametrize("provider", ["sqlite", "postgres"])
+def test_owners_count_ledger_threads_holding_no_checkpoint(provider: str, tmp_path: Path) -> None:
+    """Per owner, the SQL sums (the checkpoints' totals by ledger owner, then the whole ledger)
+    equal the default's: a ledger thread holding no checkpoint counts once, a thread the ledger
+    does not record counts under no owner, and every finished mark counts."""
+    from durability import Checkpoint
+    from tests.conftest import make_target
+
+    for target in make_target(provider, tmp_path):
+        with target.open() as store:
+            for i in range(6):
+                store.put(Checkpoint(thread_id=f"held-{i}"))
+                if i % 3:
+                    store.record_run_start(f"held-{i}", run_id=f"r{i}", owner=f"o{i % 2}")
+            for i in range(4):  # recorded, no checkpoint
+                store.record_run_start(f"empty-{i}", run_id=f"e{i}", owner=f"o{i % 2}")
+            for thread_id in ("held-1", "empty-0", "empty-3"):
+                store.mark_finished(thread_id)
+            found = store.scans.owner_groups()
+            assert found == Aggregates(store).owner_groups()
+            by_owner = dict(zip(found["owner"], found["threads"], strict=True))
+            assert by_owner == {"o0": 4, "o1": 4, None: 2}
+            assert sum(found["finished"]) == 3

@@ -31,6 +31,7 @@ from durability.stores.scans import Scans
 from durability.stores.write_history import WriteHistory, bucket_of
 from durability.sweep import plan_sweep
 from durability.sweep.thin import thin_vs_delete
+from durability.testing import StoreTarget
 from tests.test_scale import PER_THREAD, T0, THREADS, Bulk, bulk  # noqa: F401 - the fixture
 
 DAY_US = 86_400_000_000
@@ -302,3 +303,73 @@ def test_thinning_a_few_threads_asks_the_outbox_about_them_alone(
     assert [r.thread_id for r in few.rows] == chosen
     assert list(few.rows) == [whole[t] for t in chosen]
     assert any(r.checkpoints - r.dropped > 2 for r in few.rows)  # unsent rows kept
+
+
+#: What ``frames.threads(lean=True)`` leaves out.
+COSTLY = ["run_id", "status", "max_idle_gap"]
+
+
+def test_lean_threads_and_the_sampled_gaps_are_the_whole_frame_s(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``threads(lean=True)`` is the frame without its costly columns (threads the ledger lacks
+    included); ``idle_gaps`` gives the frame's gaps back, for every thread or a sample of them
+    read by id, and says so."""
+    from durability import plots
+
+    now = T0 + timedelta(days=12)
+    whole = frames.threads(store, now=now).drop(columns=COSTLY[:2])
+    bare = frames.threads(store, now=now, lean=True)
+    assert bare.owner.isna().any(), "threads the ledger lacks"
+    pd.testing.assert_frame_equal(bare, whole.drop(columns="max_idle_gap"))
+    every = frames.idle_gaps(store, bare, sample=None)
+    pd.testing.assert_frame_equal(every, whole)
+    assert every.attrs["sample"] is None
+    assert whole.max_idle_gap.max() > pd.Timedelta(days=8)  # the returning threads
+    asked: list[str | None] = []
+    read = Scans.checkpoint_columns
+
+    def by_id(self: Scans, thread_id: str | None = None, **kwargs: Any) -> Any:
+        asked.append(thread_id)
+        return read(self, thread_id, **kwargs)
+
+    monkeypatch.setattr(Scans, "checkpoint_columns", by_id)
+    sampled = frames.idle_gaps(store, bare, sample=40, seed=3)
+    assert sampled.attrs["sample"] == {"threads": 40, "of": THREADS}
+    assert sorted(asked) == sampled.thread_id.tolist()  # each picked thread, by id
+    expected = whole[whole.thread_id.isin(set(sampled.thread_id))].reset_index(drop=True)
+    pd.testing.assert_frame_equal(sampled, expected)
+    fig = plots.idle_gaps(sampled, "7d")
+    assert f"a sample of 40 of {THREADS:,} threads" in fig.get_suptitle()
+    with pytest.raises(ConfigError, match="sample=0"):
+        frames.idle_gaps(store, bare, sample=0)
+
+
+def test_lean_threads_hold_the_ledger_only_and_unledgered_threads(
+    target: StoreTarget,
+) -> None:
+    """On every provider, a lean frame is the whole one without its costly columns, a thread
+    known only by its ledger record and one with checkpoints and no record included."""
+    with target.open() as store:
+        store.put(Checkpoint(thread_id="rows-only", checkpoint_id="a"))
+        store.put(Checkpoint(thread_id="rows-only", checkpoint_id="b"))
+        store.ledger.record_run_start("both", run_id="run-b", owner="me")
+        store.put(Checkpoint(thread_id="both", checkpoint_id="a", run_id="run-b"))
+        store.ledger.record_run_start("ledger-only", run_id="run-l", owner="me")
+        whole = frames.threads(store)
+        lean = frames.threads(store, lean=True)
+        gaps = frames.idle_gaps(store, lean, sample=None)
+    assert lean.thread_id.tolist() == ["both", "ledger-only", "rows-only"]
+    pd.testing.assert_frame_equal(lean, whole.drop(columns=COSTLY))
+    pd.testing.assert_frame_equal(gaps, whole.drop(columns=COSTLY[:2]))
+
+
+def test_thread_buckets_come_in_code_point_order_of_ids(target: StoreTarget) -> None:
+    """The answer is in thread id order as Python sorts ids (code points), whatever the
+    database's collation: the SQL store sorts it, the others in Python."""
+    ids = ["b", "B", "a-1", "a", "é", "Z", "_z"]
+    with target.open() as store:
+        for thread_id in ids:
+            store.put(Checkpoint(thread_id=thread_id, checkpoint_id="c"))
+        answer = store.scans.thread_buckets(0, DAY_US, 3)
+    assert answer["thread_id"] == sorted(ids)

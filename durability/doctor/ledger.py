@@ -102,7 +102,8 @@ def _ended_leases(ctx: Context) -> Iterator[Finding]:
 
 def _finished_overdue(ctx: Context) -> Iterator[Finding]:
     limit = format_age(ctx.overdue)
-    for thread_id, due_at in reads.overdue_marks(ctx.store, ctx.now - ctx.overdue, ctx.now):
+    found = reads.overdue_marks(ctx.store, ctx.now - ctx.overdue, ctx.now, ctx.info_limit)
+    for thread_id, due_at in found:
         late = format_age(ctx.now - due_at)
         yield (
             thread_id,
@@ -157,6 +158,7 @@ FINISHED_OVERDUE = Check(
     _finished_overdue,
     fix="durability sweep {url}",
     applies=lambda ctx: ctx.store.ledger is not None,
+    count=lambda ctx: reads.overdue_count(ctx.store, ctx.now - ctx.overdue, ctx.now),
 )
 
 CHECKS = (LEDGER_ORPHAN, PARK_ORPHAN, PARK_OVERDUE, LEASE_ENDED, FINISHED_OVERDUE)

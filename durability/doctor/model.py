@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +61,10 @@ class Check:
     :class:`Problem` so a check's severity and fix are written once, here. ``applies`` says
     whether the store can break the invariant at all (a store without parks has no park to
     check; ``unless`` says why not). ``repair`` names the safe repair ``--fix`` applies (``None``: report only).
+    ``count`` counts the findings in the store without listing them, for an ``info`` check
+    whose listing :attr:`Context.info_limit` cuts short (``None``: the rest are counted as
+    ``run`` yields them). A check that reads every row reads a sample instead when the doctor
+    is asked for one (:attr:`Context.sample`), and says so in :attr:`Context.samples`.
     """
 
     name: str
@@ -71,6 +76,7 @@ class Check:
     applies: Callable[[Context], bool] = field(default=lambda _ctx: True)
     #: Why the check is skipped where ``applies`` says no.
     unless: str = "the store keeps none"
+    count: Callable[[Context], int] | None = None
 
     def problem(
         self, ctx: Context, thread_id: str | None, keys: Sequence[Any], detail: str
@@ -96,6 +102,34 @@ class Context:
     overdue: timedelta
     #: The plane to compare with (``--plane``), or ``None``.
     replica: Replica | None = None
+    #: How many findings of each ``info`` check are listed (``None``: all); the rest are counted.
+    info_limit: int | None = None
+    #: The checks that read every row read about this many picked at random instead (threads,
+    #: records), in a store holding more (``None``: every one).
+    sample: int | None = None
+    #: How many threads the store holds, when already counted (a sample does not count again).
+    thread_count: int | None = None
+    #: What each check that read a sample read: ``(read, of, what)`` (``what`` names the unit).
+    samples: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+
+    @cached_property
+    def sampling(self) -> tuple[list[str], int] | None:
+        """The threads a sampled check reads and how many the store holds; ``None``: every
+        thread (no ``sample`` asked, or the store holds no more threads than it)."""
+        if self.sample is None:
+            return None
+        total = self.thread_count
+        if total is None:
+            total = sum(self.store.scans.owner_groups()["threads"])
+        if total <= self.sample:
+            return None
+        picked = {address[0] for address in self.store.scans.sample_checkpoints(self.sample)}
+        return sorted(picked), total
+
+    @property
+    def picked(self) -> list[str] | None:
+        """The threads a sampled check reads (``None``: every thread)."""
+        return None if self.sampling is None else self.sampling[0]
 
     @cached_property
     def where(self) -> str:
@@ -117,6 +151,11 @@ class Diagnosis:
     problems: list[Problem]
     checks: list[str]
     skipped: dict[str, str]
+    #: The ``info`` checks that found more than ``info_limit``: how many each found in all
+    #: (``problems`` lists the first ``info_limit`` of them).
+    counted: dict[str, int] = field(default_factory=dict)
+    #: The checks that read a sample: ``(read, of, what)``, e.g. ``(1992, 1000000, "threads")``.
+    sampled: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -125,8 +164,11 @@ class Diagnosis:
         return all(p.severity == "info" for p in self.problems)
 
     def counts(self) -> dict[str, int]:
-        """How many problems of each severity."""
-        return {s: sum(p.severity == s for p in self.problems) for s in SEVERITIES}
+        """How many problems of each severity, those counted but not listed included."""
+        found = {s: sum(p.severity == s for p in self.problems) for s in SEVERITIES}
+        listed = Counter(p.check for p in self.problems)
+        found["info"] += sum(total - listed[check] for check, total in self.counted.items())
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         """As ``durability doctor --json`` prints it."""
@@ -137,6 +179,8 @@ class Diagnosis:
             "counts": self.counts(),
             "checks": self.checks,
             "skipped": self.skipped,
+            "counted": self.counted,
+            "sampled": {check: list(read) for check, read in self.sampled.items()},
             "problems": [p.to_dict() for p in self.problems],
         }
 

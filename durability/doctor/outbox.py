@@ -28,17 +28,24 @@ if TYPE_CHECKING:
 OutboxKey = tuple[str | None, int]
 
 
-def orphan_outbox(store: Store) -> dict[str | None, list[OutboxKey]]:
+def orphan_outbox(
+    store: Store, sample: int | None = None, samples: dict[str, Any] | None = None
+) -> dict[str | None, list[OutboxKey]]:
     """Outbox records whose row is gone: per Redis thread, its state records (of a synced row,
     or of a pending row's document) left without it; on SQL, under ``None``, the outbox and
     synced records whose checkpoint is gone.
+
+    ``sample`` (SQL): of more synced records than that (one per checkpoint the plane took, each
+    checked by the checkpoint's key: a read of the whole table on SQLite), only about
+    ``sample`` picked at random are checked, and ``samples`` gets ``(read, of, "synced
+    records")`` under ``outbox_without_checkpoint``; the outbox's own rows are all checked.
 
     A Redis pending row's document (``od``) carries the row itself and outlives the thread's
     other keys on purpose (a replicating store sends it even after the thread expired); only
     state records left without their row are reported.
     """
     if store.provider in SQL_PROVIDERS:
-        seqs = _sql_orphan_outbox(store)
+        seqs = _sql_orphan_outbox(store, sample, {} if samples is None else samples)
         return {None: [(None, seq) for seq in seqs]} if seqs else {}
     if store.provider != "redis":
         return {}
@@ -82,7 +89,7 @@ def requeue(store: Store, rows: dict[str, list[int]], now: datetime) -> int:
 # ---------------------------------------------------------------------------- SQL
 
 
-def _sql_orphan_outbox(store: Store) -> list[int]:
+def _sql_orphan_outbox(store: Store, sample: int | None, samples: dict[str, Any]) -> list[int]:
     import sqlalchemy as sa
 
     from durability.stores.sql.schema import checkpoints, outbox_table, synced_table
@@ -93,8 +100,39 @@ def _sql_orphan_outbox(store: Store) -> list[int]:
             query = sa.select(table.c.seq).where(
                 ~sa.exists().where(checkpoints.c.seq == table.c.seq)
             )
-            found.update(int(seq) for (seq,) in conn.execute(query))
+            picked = _picked_synced(conn, sample) if table is synced_table else None
+            if picked is None:
+                found.update(int(seq) for (seq,) in conn.execute(query))
+                continue
+            samples["outbox_without_checkpoint"] = (len(picked[0]), picked[1], "synced records")
+            for chunk in chunks(picked[0]):
+                found.update(int(s) for (s,) in conn.execute(query.where(table.c.seq.in_(chunk))))
     return sorted(found)
+
+
+def _picked_synced(conn: Any, sample: int | None) -> tuple[list[int], int] | None:
+    """About ``sample`` synced records picked at random (each the first at or after a random
+    point of the seq range: one key search) and how many there are; ``None``: read them all
+    (no sample asked, or no more records than it)."""
+    import random
+
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import synced_table
+
+    s = synced_table.c
+    total, low, high = conn.execute(
+        sa.select(sa.func.count(), sa.func.min(s.seq), sa.func.max(s.seq))
+    ).one()
+    if sample is None or total <= sample:
+        return None
+    rng = random.Random(0)
+    points = sorted(rng.randint(low, high) for _ in range(sample))
+    picked: set[int] = set()
+    for chunk in chunks(points):
+        firsts = [sa.select(sa.func.min(s.seq)).where(s.seq >= p).scalar_subquery() for p in chunk]
+        picked.update(int(seq) for seq in conn.execute(sa.select(*firsts)).one() if seq is not None)
+    return sorted(picked), int(total)
 
 
 def _sql_drop_orphan_outbox(store: Store, seqs: list[int]) -> int:

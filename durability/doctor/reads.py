@@ -36,8 +36,9 @@ def orphan_writes(store: Store) -> dict[str, list[WriteKey]]:
     return _memory_orphan_writes(store)
 
 
-def missing_parents(store: Store) -> dict[str, list[Orphan]]:
-    """Per thread, checkpoints whose parent is not in their thread and namespace.
+def missing_parents(store: Store, thread_ids: list[str] | None = None) -> dict[str, list[Orphan]]:
+    """Per thread (of ``thread_ids``, default every thread), checkpoints whose parent is not
+    in their thread and namespace.
 
     Left out, where the seeds expect a missing parent: a ``fork_origin`` row (its parent is in
     the source thread), and the oldest row of its thread and namespace (a restore that brought
@@ -45,15 +46,17 @@ def missing_parents(store: Store) -> dict[str, list[Orphan]]:
     reported missing only when the chain breaks in the middle: an older row is still there.
     """
     if store.provider in SQL_PROVIDERS:
-        return _sql_missing_parents(store)
+        return _sql_missing_parents(store, thread_ids)
+    if thread_ids is None:
+        thread_ids = [record.thread_id for record in store.iter_threads()]
     found: dict[str, list[Orphan]] = {}
-    for record in store.iter_threads():
-        rows = [header(r) for r in store._select(Select(record.thread_id, None))]
+    for thread_id in thread_ids:
+        rows = [header(r) for r in store._select(Select(thread_id, None))]
         broken = _broken_chain(
             [(r.namespace, r.checkpoint_id, r.parent_checkpoint_id, r.step_type) for r in rows]
         )
         if broken:
-            found[record.thread_id] = broken
+            found[thread_id] = broken
     return found
 
 
@@ -96,34 +99,72 @@ def ledger_threads(store: Store, which: str, before: datetime | None = None) -> 
     return [str(t) for t in columns["thread_id"][mask]]
 
 
-def overdue_marks(store: Store, before: datetime, now: datetime) -> list[tuple[str, datetime]]:
+def overdue_marks(
+    store: Store, before: datetime, now: datetime, limit: int | None = None
+) -> list[tuple[str, datetime]]:
     """``(thread_id, due_at)`` of the ledger threads marked finished, due at or before
-    ``before`` and holding no live lease at ``now``, in one read (never a thread at a time:
-    a store the sweep never ran on has one per finished thread)."""
+    ``before`` and holding no live lease at ``now``, the longest overdue first (the first
+    ``limit`` of them, when given), in one read (never a thread at a time: a store the sweep
+    never ran on has one per finished thread)."""
     if store.provider in SQL_PROVIDERS:
         import sqlalchemy as sa
 
-        from durability.stores.sql.schema import micros, threads, time_of
+        from durability.stores.sql.schema import threads, time_of
 
         t = threads.c
-        query = sa.select(t.thread_id, t.due_at).where(
-            t.due_at <= (micros(before) or 0),
-            sa.or_(t.lease_holder.is_(None), t.lease_expires_at <= micros(now)),
-        )
+        query = sa.select(t.thread_id, t.due_at).where(*_overdue_sql(before, now))
+        query = query.order_by(t.due_at, t.thread_id).limit(limit)
         with store.db.read("find overdue marks") as conn:  # type: ignore[attr-defined]
             return [(row[0], time_of(row[1])) for row in conn.execute(query)]  # type: ignore[misc]
     import numpy as np
     import pandas as pd
+
+    ids, due = _overdue_columns(store, before, now)
+    order = np.argsort(due, kind="stable")[:limit]
+    return [(str(ids[i]), pd.Timestamp(due[i], tz=UTC).to_pydatetime()) for i in order]
+
+
+def overdue_count(store: Store, before: datetime, now: datetime) -> int:
+    """How many marks :func:`overdue_marks` would give, counted in the store."""
+    if store.provider in SQL_PROVIDERS:
+        import sqlalchemy as sa
+
+        from durability.stores.sql.schema import threads
+
+        # A walk of the ledger, not of the due index: SQLite keeps no statistics and would read
+        # each due thread's row at random through the index (2.5 s of 1,000,000, 0.1 s walked).
+        query = sa.select(sa.func.count()).select_from(threads)
+        query = query.where(*_overdue_sql(before, now, walk=True))
+        with store.db.read("count overdue marks") as conn:  # type: ignore[attr-defined]
+            return int(conn.execute(query).scalar_one())
+    return len(_overdue_columns(store, before, now)[0])
+
+
+def _overdue_sql(before: datetime, now: datetime, *, walk: bool = False) -> list[Any]:
+    """The ledger rows of :func:`overdue_marks`: due by ``before``, no lease live at ``now``
+    (``walk``: compared as an expression, which no index serves)."""
+    import sqlalchemy as sa
+
+    from durability.stores.sql.schema import micros, threads
+
+    t = threads.c
+    due = t.due_at + 0 if walk else t.due_at
+    return [
+        due <= (micros(before) or 0),
+        sa.or_(t.lease_holder.is_(None), t.lease_expires_at <= micros(now)),
+    ]
+
+
+def _overdue_columns(store: Store, before: datetime, now: datetime) -> tuple[Any, Any]:
+    """The thread ids and due times of :func:`overdue_marks`, from the sweep's columns."""
+    import numpy as np
 
     columns = store.scans.sweep_columns().columns
     due, expires = columns["due_at"], columns["lease_expires_at"]
     limit = np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
     at = np.datetime64(now.astimezone(UTC).replace(tzinfo=None), "us")
     mask = ~np.isnat(due) & (due <= limit) & (np.isnat(expires) | (expires <= at))
-    return [
-        (str(thread_id), pd.Timestamp(when, tz=UTC).to_pydatetime())
-        for thread_id, when in zip(columns["thread_id"][mask], due[mask], strict=True)
-    ]
+    return columns["thread_id"][mask], due[mask]
 
 
 def holding(store: Store, thread_ids: list[str]) -> set[str]:
@@ -142,8 +183,13 @@ def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> li
         "leased": t.lease_holder.isnot(None),
         "due": t.due_at <= (micros(before) or 0),
     }[which]
+    query = sa.select(t.thread_id).where(clause)
+    if which == "empty":
+        # In key order: each probe of the per-thread index lands next to the last (SQLite would
+        # walk the ledger in row order and probe at random: 4.9 s of 1,000,000 threads, 0.8 s).
+        query = query.order_by(t.tkey)
     with store.db.read("find ledger records to check") as conn:  # type: ignore[attr-defined]
-        return [row[0] for row in conn.execute(sa.select(t.thread_id).where(clause))]
+        return [row[0] for row in conn.execute(query)]
 
 
 # ---------------------------------------------------------------------------- memory
@@ -212,10 +258,11 @@ def _same_checkpoint(store: Store, table: Any, other: Any, checkpoint_id: Any = 
     return [t.tkey == other.tkey, t.ckey == key]
 
 
-def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
+def _sql_missing_parents(store: Store, thread_ids: list[str] | None) -> dict[str, list[Orphan]]:
     import sqlalchemy as sa
 
-    from durability.stores.sql.schema import checkpoints
+    from durability._util import chunks
+    from durability.stores.sql.schema import checkpoints, thread_key
 
     row, parent, older = checkpoints, checkpoints.alias("parent"), checkpoints.alias("older")
     c = row.c
@@ -232,10 +279,20 @@ def _sql_missing_parents(store: Store) -> dict[str, list[Orphan]]:
         )
         .order_by(c.seq)
     )
+    # The threads asked for, 500 at a time, each by its key (the per-thread index).
+    among = (
+        [[]]
+        if thread_ids is None
+        else [
+            [c.tkey.in_([thread_key(t) for t in chunk]), c.thread_id.in_(chunk)]
+            for chunk in chunks(thread_ids)
+        ]
+    )
     found: dict[str, list[Orphan]] = defaultdict(list)
     with store.db.read("find checkpoints whose parent is missing") as conn:  # type: ignore[attr-defined]
-        for thread_id, ns, cid, parent_id in conn.execute(query):
-            found[thread_id].append((ns, cid, parent_id))
+        for clauses in among:
+            for thread_id, ns, cid, parent_id in conn.execute(query.where(*clauses)):
+                found[thread_id].append((ns, cid, parent_id))
     return dict(found)
 
 

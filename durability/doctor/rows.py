@@ -24,7 +24,9 @@ def _orphan_writes(ctx: Context) -> Iterator[Finding]:
 
 
 def _missing_parents(ctx: Context) -> Iterator[Finding]:
-    for thread_id, orphans in sorted(reads.missing_parents(ctx.store).items()):
+    if ctx.sampling is not None:
+        ctx.samples["missing_parent"] = (len(ctx.sampling[0]), ctx.sampling[1], "threads")
+    for thread_id, orphans in sorted(reads.missing_parents(ctx.store, ctx.picked).items()):
         pairs = [f"{cid} (parent {parent})" for _ns, cid, parent in orphans]
         yield (
             thread_id,
@@ -35,7 +37,7 @@ def _missing_parents(ctx: Context) -> Iterator[Finding]:
 
 
 def _orphan_outbox(ctx: Context) -> Iterator[Finding]:
-    found = outbox.orphan_outbox(ctx.store)
+    found = outbox.orphan_outbox(ctx.store, ctx.sample, ctx.samples)
     for thread_id, keys in sorted(found.items(), key=lambda i: i[0] or ""):
         yield (
             thread_id,

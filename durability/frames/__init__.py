@@ -17,6 +17,7 @@ frame                     one row per
 ========================  ===================================================================
 :func:`checkpoints`       checkpoint, in write order (``seq``)
 :func:`threads`           thread: totals, newest checkpoint, ledger, lease, park
+:func:`idle_gaps`         thread of a random sample of a :func:`threads` frame: its idle gaps
 :func:`outbox`            outbox entry: pending, synced or quarantined, with the plane's reason
 :func:`backlog`           instant of a time grid: rows pending then, age of the oldest
 :func:`retention`         thread, as :func:`durability.sweep.plan_sweep` would treat it
@@ -85,6 +86,7 @@ from durability.frames.store import (
     activity,
     backlog,
     checkpoints,
+    idle_gaps,
     outbox,
     parks,
     retention,
@@ -104,6 +106,7 @@ __all__ = [
     "checkpoints",
     "encryption",
     "erasures",
+    "idle_gaps",
     "outbox",
     "outbox_rows",
     "outbox_states",

@@ -5,7 +5,7 @@ the retention plan, and parks.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -14,6 +14,7 @@ import pandas as pd
 from durability.clock import as_utc, to_micros
 from durability.errors import CapabilityError, ConfigError
 from durability.frames.columns import (
+    COLUMNS,
     NAT,
     OUTBOX_STATES,
     SPAN,
@@ -91,31 +92,35 @@ def checkpoints(
     return frame
 
 
-def threads(store: Store, now: datetime | None = None, *, encryption: bool = False) -> pd.DataFrame:
+def threads(
+    store: Store,
+    now: datetime | None = None,
+    *,
+    encryption: bool = False,
+    lean: bool = False,
+) -> pd.DataFrame:
     """One row per thread (``COLUMNS["threads"]``), in thread id order.
 
     ``now`` (default: the store's clock) decides which leases are live and which parks unexpired;
     ``unreplicated`` is read from the outbox as it is (it does not depend on ``now``).
     ``encryption=True`` adds ``encrypted`` (every row sealed) and ``key_id`` (the newest row's).
+    ``lean=True`` leaves out the columns that cost a SQL store reads of their own:
+    ``max_idle_gap`` (a pass over every checkpoint; :func:`idle_gaps` measures it for a sample
+    of the frame's threads), ``status`` and ``run_id`` (each thread's newest row): every
+    retention simulation reads the rest.
     """
     at = moment(store, now)
-    cols = collect(store.thread_columns(), THREAD_COLUMNS, whole="threads")
+    cols = collect(store.thread_columns(lean=lean), THREAD_COLUMNS, whole="threads")
     at_us = micros_of(at)
-    lease_live = [e is not None and e > at_us for e in cols["lease_expires_at"]]
+    live = np.array([e is not None and e > at_us for e in cols["lease_expires_at"]], dtype=bool)
     pending = {p.thread_id: p.deadline for p in pending_parks(store)}
     deadlines = [pending.get(t) for t in cols["thread_id"]]
     missing = store.unreplicated() if store.replicates else {}
+    no_run = cols["run_id"] == None  # noqa: E711 - elementwise on an object array
     frame = pd.DataFrame(
         {
             "thread_id": strings(cols["thread_id"]),
             "owner": strings(cols["owner"]),
-            "run_id": strings(
-                [
-                    r if r is not None else n
-                    for r, n in zip(cols["run_id"], cols["newest_run_id"], strict=True)
-                ]
-            ),
-            "status": statuses(cols["status"]),
             "checkpoints": ints(cols["checkpoints"]),
             "size_bytes": ints(cols["size_bytes"]),
             "first_at": times(cols["first_at"]),
@@ -125,29 +130,66 @@ def threads(store: Store, now: datetime | None = None, *, encryption: bool = Fal
             "due_at": times(cols["due_at"]),
             "declared_waiting": spans(cols["declared_waiting"]),
             "declared_finished": spans(cols["declared_finished"]),
-            "max_idle_gap": spans(cols["max_idle_gap"]),
-            "lease_holder": strings(
-                [
-                    h if live else None
-                    for h, live in zip(cols["lease_holder"], lease_live, strict=True)
-                ]
-            ),
-            "lease_expires_at": times(
-                [
-                    e if live else None
-                    for e, live in zip(cols["lease_expires_at"], lease_live, strict=True)
-                ]
-            ),
+            "lease_holder": strings(np.where(live, cols["lease_holder"], None)),
+            "lease_expires_at": times(cast(Any, np.where(live, cols["lease_expires_at"], None))),
             "parked": np.array([d is not None and d > at for d in deadlines], dtype=bool),
             "park_deadline": times([micros_of(d) if d is not None else None for d in deadlines]),
             "unreplicated": ints([missing.get(t, 0) for t in cols["thread_id"]]),
         }
     )
+    if not lean:
+        frame["run_id"] = strings(np.where(no_run, cols["newest_run_id"], cols["run_id"]))
+        frame["status"] = statuses(cols["status"])
+        frame["max_idle_gap"] = spans(cols["max_idle_gap"])
+    frame = frame[[c for c in COLUMNS["threads"] if c in frame]]
     if encryption:
         from durability.frames.encryption import with_thread_keys
 
         frame = with_thread_keys(store, frame)
     return in_order(frame, ["thread_id"])
+
+
+def idle_gaps(
+    store: Store, threads: pd.DataFrame, *, sample: int | None = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """The rows of ``threads`` (a :func:`threads` frame, lean or not) with each thread's longest
+    idle gap measured, for about ``sample`` of them picked at random (``seed`` fixes the pick;
+    ``None``, or a frame of no more threads: every one).
+
+    Each picked thread's write times are read by its id, so the cost follows the sample, never
+    the store; the gaps are :func:`threads`'s ``max_idle_gap`` (write order, all namespaces;
+    ``NaT`` with fewer than two checkpoints). ``attrs["sample"]`` is ``{"threads": picked,
+    "of": rows of threads}`` for a sample, else ``None``: a chart of it says it is a sample.
+    """
+    if sample is not None and sample < 1:
+        raise ConfigError(f"cannot sample idle gaps: sample={sample} must be at least 1")
+    picked = threads
+    if sample is not None and sample < len(threads):
+        rows = np.random.default_rng(seed).choice(len(threads), sample, replace=False)
+        picked = threads.iloc[np.sort(rows)]
+    gaps = spans([_longest_gap(store, str(t)) for t in picked["thread_id"]])
+    frame = picked.reset_index(drop=True)
+    if "max_idle_gap" in frame:
+        frame["max_idle_gap"] = gaps
+    else:  # where frames.threads puts it
+        before = list(COLUMNS["threads"])[: list(COLUMNS["threads"]).index("max_idle_gap")]
+        frame.insert(sum(c in frame for c in before), "max_idle_gap", gaps)
+    frame.attrs["sample"] = (
+        None if picked is threads else {"threads": len(picked), "of": len(threads)}
+    )
+    return frame
+
+
+def _longest_gap(store: Store, thread_id: str) -> int | None:
+    """The longest time between two consecutive checkpoints of a thread (write order), in
+    microseconds; ``None`` with fewer than two."""
+    names = ("seq", "created_at")
+    cols = collect(store.checkpoint_columns(thread_id, columns=names), names)
+    seq, created = cols["seq"], cols["created_at"]
+    if all(s is not None for s in seq):  # else the read's order, which is write order
+        created = created[np.argsort(seq.astype(np.int64), kind="stable")]
+    known = np.array([c for c in created if c is not None], dtype=np.int64)
+    return int(np.diff(known).max()) if len(known) > 1 else None
 
 
 def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
@@ -186,12 +228,30 @@ def outbox(store: Store, now: datetime | None = None) -> pd.DataFrame:
     return in_order(frame, ["created_at", "thread_id", "seq"])
 
 
-def write_times(store: Store) -> pd.DataFrame:
+def write_times(
+    store: Store, *, width: str | None = None, last: timedelta | None = None
+) -> pd.DataFrame:
     """Every checkpoint's write time and nothing else (``COLUMNS["write_times"]``), in the
     store's order: what :func:`durability.simulate.outage_backlog` replays, at 8 bytes a row
-    where :func:`checkpoints` keeps a dozen columns of strings."""
-    cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
-    return pd.DataFrame({"created_at": times(cols["created_at"])})
+    where :func:`checkpoints` keeps a dozen columns of strings.
+
+    A store of millions of rows: ``width`` (a fixed pandas duration such as ``"1min"``) counts
+    the writes per bucket in the store (:meth:`~durability.stores.scans.Scans.checkpoint_buckets`)
+    and gives each write its bucket's start, oldest first, without reading a row per checkpoint;
+    ``last`` keeps only the writes of that long up to the newest one (with ``width``, counted
+    in the store too). ``attrs["width"]`` is ``width``, for a chart to say so.
+    """
+    if width is None:
+        cols = collect(store.checkpoint_columns(columns=("created_at",)), ("created_at",))
+        frame = pd.DataFrame({"created_at": times(cols["created_at"])})
+        if last is not None and len(frame):
+            frame = frame[frame.created_at >= frame.created_at.max() - last].reset_index(drop=True)
+    else:
+        counted = store.scans.checkpoint_buckets(_fixed(width, "the write times"), last=last)
+        at = np.repeat(np.array(counted["bucket"], dtype=np.int64), counted["checkpoints"])
+        frame = pd.DataFrame({"created_at": times(at.tolist())})
+    frame.attrs["width"] = width
+    return frame
 
 
 def activity(store: Store, width: str = "1D") -> pd.DataFrame:
@@ -200,14 +260,7 @@ def activity(store: Store, width: str = "1D") -> pd.DataFrame:
     bucket of ``width`` (a pandas offset of fixed length: ``"1h"``, ``"1D"``) that holds a
     checkpoint. Its size follows the time the store spans, never its row count.
     """
-    try:
-        step = pd.Timedelta(width).to_pytimedelta()
-    except ValueError as exc:
-        raise ConfigError(
-            f"cannot build the activity frame: width={width!r} is not a fixed pandas "
-            f"duration ({exc}); use one such as '1h' or '1D'"
-        ) from exc
-    counted = store.scans.checkpoint_buckets(step)
+    counted = store.scans.checkpoint_buckets(_fixed(width, "the activity frame"))
     return pd.DataFrame(
         {
             "time": times(counted["bucket"]),
@@ -316,6 +369,17 @@ def parks(store: Store, now: datetime | None = None) -> pd.DataFrame:
         }
     )
     return in_order(frame, ["deadline", "thread_id"])
+
+
+def _fixed(width: str, what: str) -> timedelta:
+    """``width`` as a fixed duration, or a ConfigError naming ``what`` could not be built."""
+    try:
+        return pd.Timedelta(width).to_pytimedelta()
+    except ValueError as exc:
+        raise ConfigError(
+            f"cannot build {what}: width={width!r} is not a fixed pandas duration ({exc}); use "
+            "one such as '1h' or '1D'"
+        ) from exc
 
 
 def _outbox_cols(store: Store, whole: str | None = None) -> Columns:

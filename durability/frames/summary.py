@@ -58,11 +58,16 @@ def top_threads(store: Store, top: int = 100, *, by: str = "newest_at") -> pd.Da
     )
 
 
-def outbox_states(store: Store) -> pd.DataFrame:
+def outbox_states(store: Store, *, owners: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per outbox state (``COLUMNS["outbox_states"]``): rows, bytes and delivery attempts, the
-    states with rows only; empty for a store that keeps no outbox."""
+    states with rows only; empty for a store that keeps no outbox. ``owners``: a
+    :func:`owners` frame of this store already read, whose sums are the store's totals (a SQL
+    store then does not count every checkpoint again)."""
+    totals = None
+    if owners is not None:
+        totals = (int(owners.checkpoints.sum()), int(owners.size_bytes.sum()))
     try:
-        found = store.scans.outbox_groups()
+        found = store.scans.outbox_groups(totals)
     except CapabilityError:
         return empty("outbox_states")
     return pd.DataFrame(

@@ -165,16 +165,18 @@ class Aggregates(Capability):
             return {name: [] for name in MISSING_ANSWER}
         return self._missing_rows()
 
-    def outbox_groups(self) -> Table:
+    def outbox_groups(self, totals: tuple[int, int] | None = None) -> Table:
         """Per outbox state (pending, synced, quarantined): rows, bytes and delivery attempts
         (:data:`OUTBOX_ANSWER`), in that order of states; states with no row are left out.
+        ``totals``: the store's checkpoints and bytes when already counted (the sums of
+        :meth:`owner_groups`), which a SQL store then does not count again.
 
         Raises :class:`~durability.errors.CapabilityError` when the store keeps no outbox.
         """
         if self.store.outbox is None:
             raise self.store.missing("outbox", "count the outbox by state")
         self.store.ready()
-        return self._outbox_groups()
+        return self._outbox_groups(totals)
 
     def pending_spans(self, step: int, origin: int = 0) -> Table:
         """Every time a row was pending that covers an instant of a time grid, grouped by the
@@ -369,7 +371,7 @@ class Aggregates(Capability):
             if thread_id in thread_ids
         }
 
-    def _outbox_groups(self) -> Table:
+    def _outbox_groups(self, totals: tuple[int, int] | None) -> Table:
         sums: dict[str, list[int]] = {}
         names = ("synced", "sync_error", "size_bytes", "attempts")
         try:

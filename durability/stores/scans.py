@@ -119,10 +119,11 @@ class Scans(WriteHistory, Aggregates):
             for chunk in self._checkpoint_columns(thread_id, wanted, chunk_size)
         )
 
-    def checkpoint_buckets(self, width: timedelta) -> Columns:
+    def checkpoint_buckets(self, width: timedelta, *, last: timedelta | None = None) -> Columns:
         """Checkpoints and their bytes per time bucket, counted in the store: ``bucket`` (the
         bucket's start, microseconds since the epoch, a multiple of ``width``), ``checkpoints``
         and ``size_bytes``, one entry per bucket that holds a checkpoint, oldest first.
+        ``last``: only the checkpoints written in that long up to the newest one's write time.
 
         The aggregate a chart of a production-sized store needs instead of its rows: SQL
         answers with one ``GROUP BY``; the default (Redis, memory, foreign stores) reads the
@@ -133,13 +134,26 @@ class Scans(WriteHistory, Aggregates):
             raise InvalidIdError(
                 f"cannot count checkpoints per bucket: width={width} must be positive"
             )
+        if last is not None and last < timedelta(0):
+            raise InvalidIdError(f"cannot count checkpoints per bucket: last={last} is negative")
         self.store.ready()
-        return self._checkpoint_buckets(step)
+        return self._checkpoint_buckets(
+            step, None if last is None else last // timedelta(microseconds=1)
+        )
 
-    def _checkpoint_buckets(self, step: int) -> Columns:
+    def _checkpoint_buckets(self, step: int, last: int | None) -> Columns:
+        """Per bucket of ``step`` microseconds (``last``: of the writes in that many up to
+        the newest, both in microseconds)."""
+        since = None
+        if last is not None:
+            written = self.checkpoint_columns(columns=("created_at",))
+            newest = max((int(at) for chunk in written for at in chunk["created_at"]), default=0)
+            since = newest - last
         counts: dict[int, list[int]] = {}
         for chunk in self.checkpoint_columns(columns=("created_at", "size_bytes")):
             for at, size in zip(chunk["created_at"], chunk["size_bytes"], strict=True):
+                if since is not None and at < since:
+                    continue
                 entry = counts.setdefault(int(at) // step * step, [0, 0])
                 entry[0] += 1
                 entry[1] += int(size)
@@ -173,15 +187,24 @@ class Scans(WriteHistory, Aggregates):
         )
         return heapq.nsmallest(limit, found)
 
-    def thread_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:
+    def thread_columns(self, *, chunk_size: int = 50_000, lean: bool = False) -> Iterator[Columns]:
         """One row per thread (:data:`THREAD_COLUMNS`): totals, idle gaps, ledger, lease.
 
         ``max_idle_gap`` is the longest time between two consecutive checkpoints (write
         order) in microseconds, ``None`` for a thread with fewer than two; ``status`` and
-        ``newest_run_id`` are those of the thread's last checkpoint.
+        ``newest_run_id`` are those of the thread's last checkpoint. ``lean=True`` may leave
+        ``max_idle_gap``, ``status`` and ``newest_run_id`` ``None`` for every thread, where they
+        cost reads of their own (the SQL store's ``LAG`` over every checkpoint and its read of
+        each thread's newest row); the other columns are the same.
         """
         _check_chunk(chunk_size, "read thread columns")
         self.store.ready()
+        if lean:
+            return self._lean_thread_columns(chunk_size)
+        return self._thread_columns(chunk_size)
+
+    def _lean_thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        """:meth:`_thread_columns` without its costly columns (by default it has them all)."""
         return self._thread_columns(chunk_size)
 
     def outbox_columns(self, *, chunk_size: int = 50_000) -> Iterator[Columns]:

@@ -50,3 +50,9 @@ def check_checkpoint_buckets(target: StoreTarget) -> None:
         assert buckets["checkpoints"] == [len(by_day[b]) for b in sorted(by_day)]
         assert buckets["size_bytes"] == [sum(by_day[b]) for b in sorted(by_day)]
         raises(InvalidIdError, lambda: store.scans.checkpoint_buckets(timedelta(0)))
+        # ``last``: the writes of 25 hours up to the newest (hour 49): hours 24 and 49 only.
+        recent = store.scans.checkpoint_buckets(timedelta(days=1), last=timedelta(hours=25))
+        kept = [cp for cp in written[3:] if cp.created_at is not None]
+        assert recent["bucket"] == sorted({to_micros(cp.created_at) // day * day for cp in kept})  # type: ignore[arg-type]
+        assert recent["checkpoints"] == [1, 1]
+        assert recent["size_bytes"] == [cp.size_bytes for cp in kept]

@@ -22,7 +22,7 @@ from durability.stores.aggregates import (
     outbox_table,
 )
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import tables_of
+from durability.stores.sql.outbox import outbox_first, tables_of
 from durability.stores.sql.outbox_queue import catch_up, through
 from durability.stores.sql.schema import SWEEP_INDEX, thread_key, threads
 
@@ -59,26 +59,27 @@ class SQLAggregates(Aggregates):
 
     @reconnecting
     def _owner_groups(self) -> dict[Any, list[Any]]:
+        # The threads holding checkpoints by ledger owner (the per-thread index walked once,
+        # counting those the ledger records), then the whole ledger by owner: a ledger thread
+        # holding no checkpoint is one not matched above, found with no probe per thread (1M
+        # random probes of the index took 4 s on SQLite, more on Postgres).
         ledger = self.store.db.table(threads.name)
         totals = (
             "SELECT tkey, COUNT(*) AS n, CAST(SUM(size_bytes) AS BIGINT) AS size "  # noqa: S608
             f"FROM {self._by_thread()} GROUP BY tkey"
         )
         with_rows = (
-            f"SELECT l.owner, COUNT(*), SUM(t.n), SUM(t.size), COUNT(l.finished_at) "  # noqa: S608
+            f"SELECT l.owner, COUNT(*), SUM(t.n), SUM(t.size), COUNT(l.tkey) "  # noqa: S608
             f"FROM ({totals}) t LEFT JOIN {ledger} l ON l.tkey = t.tkey GROUP BY l.owner"
         )
-        ledger_only = (
-            f"SELECT l.owner, COUNT(*), 0, 0, COUNT(l.finished_at) FROM {ledger} l "  # noqa: S608
-            f"WHERE NOT EXISTS (SELECT 1 FROM {self.store.sql.table} c WHERE c.tkey = l.tkey) "
-            "GROUP BY l.owner"
-        )
+        recorded = f"SELECT owner, COUNT(*), COUNT(finished_at) FROM {ledger} GROUP BY owner"  # noqa: S608
         sums: dict[Any, list[Any]] = {}
-        for query in (with_rows, ledger_only):
-            for owner, *values in self._answer("group threads by owner", query):
-                entry = sums.setdefault(owner, [0, 0, 0, 0])
-                for i, value in enumerate(values):
-                    entry[i] += int(value or 0)
+        for owner, held, n, size, matched in self._answer("group threads by owner", with_rows):
+            sums[owner] = [int(held) - int(matched or 0), int(n or 0), int(size or 0), 0]
+        for owner, count, finished in self._answer("group the ledger by owner", recorded):
+            entry = sums.setdefault(owner, [0, 0, 0, 0])
+            entry[0] += int(count)
+            entry[3] += int(finished or 0)
         return sums
 
     @reconnecting
@@ -167,7 +168,7 @@ class SQLAggregates(Aggregates):
         ledger = self.store.db.table(threads.name)
         firsts = (
             f"SELECT c.tkey, MIN(c.seq) AS first FROM {box} o "  # noqa: S608
-            f"JOIN {table} c ON c.seq = o.seq GROUP BY c.tkey"
+            f"{outbox_first(self.store)} {table} c ON c.seq = o.seq GROUP BY c.tkey"
         )
         query = f"""
 SELECT f.thread_id, l.owner, t.n, t.kept, t.up_to, u.checkpoint_id, t.lost, f.sync_error
@@ -178,7 +179,8 @@ FROM (
          MIN(m.first) AS first
   FROM ({firsts}) m JOIN {self._by_thread("c")} ON c.tkey = m.tkey GROUP BY m.tkey
 ) t
-JOIN (SELECT c.seq, c.thread_id, o.sync_error FROM {box} o JOIN {table} c ON c.seq = o.seq) f
+JOIN (SELECT c.seq, c.thread_id, o.sync_error
+      FROM {box} o {outbox_first(self.store)} {table} c ON c.seq = o.seq) f
   ON f.seq = t.first
 LEFT JOIN {table} u ON u.seq = t.up_to
 LEFT JOIN {ledger} l ON l.tkey = t.tkey AND l.thread_id = f.thread_id
@@ -191,7 +193,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         return answer
 
     @reconnecting
-    def _outbox_groups(self) -> Table:
+    def _outbox_groups(self, totals: tuple[int, int] | None) -> Table:
         # The outbox holds the pending and quarantined rows (few); every other checkpoint is
         # synced: the store's totals (the per-thread index) less the outbox's, its attempts
         # those of the synced records (a delete removes a checkpoint's records with it).
@@ -200,7 +202,8 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         states = (
             f"SELECT CASE WHEN o.sync_error IS NOT NULL THEN 'quarantined' ELSE 'pending' END "  # noqa: S608
             f"AS outbox_state, COUNT(*), CAST(SUM(c.size_bytes) AS BIGINT), "
-            f"CAST(SUM(o.attempts) AS BIGINT) FROM {box} o JOIN {table} c ON c.seq = o.seq "
+            f"CAST(SUM(o.attempts) AS BIGINT) FROM {box} o {outbox_first(self.store)} {table} c "
+            "ON c.seq = o.seq "
             "GROUP BY outbox_state"
         )
         attempts = (
@@ -210,7 +213,7 @@ ORDER BY f.thread_id"""  # noqa: S608 - quoted identifiers only
         rows = self._answer("count the outbox by state", states)
         sums = {str(r[0]): [int(r[1]), int(r[2] or 0), int(r[3] or 0)] for r in rows}
         self._add_unqueued(sums)
-        count, size = self._store_totals()
+        count, size = self._store_totals() if totals is None else totals
         synced = [count - sum(v[0] for v in sums.values()), size - sum(v[1] for v in sums.values())]
         if synced[0] > 0:
             (tried,) = self._answer("count the outbox by state", attempts)[0]

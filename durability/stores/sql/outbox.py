@@ -79,10 +79,23 @@ def entry_sql(store: SQLStore) -> dict[str, str]:
     return {name: sql.replace("{through}", mark) for name, sql in ENTRY_SQL.items()}
 
 
-def entry_join(table: str, outbox: str, synced: str, *, unsent: bool = False) -> str:
+def outbox_first(store: SQLStore) -> str:
+    """``o JOIN c``'s join: on SQLite ``CROSS JOIN``, which keeps the outbox ``o`` (the few
+    rows the plane lacks) the outer loop, each checkpoint read by primary key. SQLite keeps no
+    statistics here and would rather walk an index of every checkpoint, probing the outbox for
+    each: seconds at a million rows, and the whole index read from disk at ten million."""
+    return "CROSS JOIN" if store.db.sqlite else "JOIN"
+
+
+def entry_join(store: SQLStore, *, unsent: bool = False) -> str:
     """``FROM`` the checkpoints, each with its outbox row and synced record (if any);
-    ``unsent``: only the rows of the outbox, read from it."""
-    first = f"{outbox} o JOIN {table} c" if unsent else f"{table} c LEFT JOIN {outbox} o"
+    ``unsent``: only the rows of the outbox, read from it (:func:`outbox_first`)."""
+    table, outbox, synced = tables_of(store)
+    first = (
+        f"{outbox} o {outbox_first(store)} {table} c"
+        if unsent
+        else f"{table} c LEFT JOIN {outbox} o"
+    )
     return f"FROM {first} ON o.seq = c.seq LEFT JOIN {synced} s ON s.seq = c.seq"
 
 
@@ -119,7 +132,8 @@ class SQLOutbox(Outbox):
             params.extend(seq for _, seq in exclude)
         params.append(limit)
         query = (
-            f"SELECT {sql.qualified_columns} FROM {box} o JOIN {table} c ON c.seq = o.seq "  # noqa: S608
+            f"SELECT {sql.qualified_columns} FROM {box} o {outbox_first(self.store)} {table} c "  # noqa: S608
+            "ON c.seq = o.seq "
             f"WHERE {where} ORDER BY o.seq LIMIT {sql.mark}"
         )
         with db.one("read the outbox") as conn:
@@ -221,7 +235,6 @@ class SQLOutbox(Outbox):
 
     @reconnecting
     def _entries(self, query: EntryQuery) -> list[OutboxEntry]:
-        table, box, done = tables_of(self.store)
         mark = self.store.sql.mark
         where: list[str] = []
         params: list[Any] = []
@@ -239,10 +252,11 @@ class SQLOutbox(Outbox):
         unsent = query.state in ("pending", "quarantined")
         catch_up(self.store)
         columns = ", ".join(entry_sql(self.store).values())
-        sql = f"SELECT {columns} {entry_join(table, box, done, unsent=unsent)}"
+        sql = f"SELECT {columns} {entry_join(self.store, unsent=unsent)}"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY c.seq"
+        # The outer table's key: rows come in its order, and a limit stops the walk early.
+        sql += f" ORDER BY {'o' if unsent else 'c'}.seq"
         if query.limit is not None:
             sql += f" LIMIT {mark}"
             params.append(query.limit)
@@ -254,7 +268,8 @@ class SQLOutbox(Outbox):
         catch_up(self.store)
         table, box, _ = tables_of(self.store)
         query = (
-            f"SELECT c.thread_id, COUNT(*) FROM {box} o JOIN {table} c ON c.seq = o.seq "  # noqa: S608
+            f"SELECT c.thread_id, COUNT(*) FROM {box} o {outbox_first(self.store)} {table} c "  # noqa: S608
+            "ON c.seq = o.seq "
             "GROUP BY c.thread_id"
         )
         with self.store.db.one("read the outbox") as conn:
@@ -316,7 +331,7 @@ class SQLOutbox(Outbox):
         table, box, _ = tables_of(self.store)
         query = (
             "SELECT o.project_id, o.sync_error IS NULL, COUNT(*), SUM(c.size_bytes), "  # noqa: S608
-            f"MIN(c.created_at) FROM {box} o JOIN {table} c ON c.seq = o.seq "
+            f"MIN(c.created_at) FROM {box} o {outbox_first(self.store)} {table} c ON c.seq = o.seq "
             "GROUP BY o.project_id, o.sync_error IS NULL"
         )
         totals: dict[str, dict[str, Any]] = {}

@@ -26,11 +26,10 @@ from durability.stores.scans import (
 )
 from durability.stores.sql.aggregates import SQLAggregates
 from durability.stores.sql.engine import reconnecting
-from durability.stores.sql.outbox import entry_join, entry_sql, tables_of
+from durability.stores.sql.outbox import entry_join, entry_sql
 from durability.stores.sql.outbox_queue import catch_up
 from durability.stores.sql.schema import (
     ID_INDEX_CHARS,
-    SWEEP_INDEX,
     checkpoints,
     delta,
     parks,
@@ -90,14 +89,17 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
     # ------------------------------------------------------------------ analysis reads
 
     @reconnecting
-    def _checkpoint_buckets(self, step: int) -> Columns:
-        db = self.store.db
+    def _checkpoint_buckets(self, step: int, last: int | None) -> Columns:
+        db, table = self.store.db, self.store.sql.table
+        # The window's start from the newest write, in the same statement (computed once).
+        since = f" WHERE created_at >= (SELECT MAX(created_at) FROM {table}) - {db.mark}"  # noqa: S608
         query = (
             f"SELECT (created_at / {db.mark}) * {db.mark} AS b, COUNT(*), SUM(size_bytes) "  # noqa: S608
-            f"FROM {self.store.sql.table} GROUP BY b ORDER BY b"
+            f"FROM {table}{'' if last is None else since} GROUP BY b ORDER BY b"
         )
+        params = (step, step) if last is None else (step, step, last)
         with db.one("count checkpoints per bucket") as conn:
-            rows = conn.exec_driver_sql(query, (step, step)).all()
+            rows = conn.exec_driver_sql(query, params).all()
         return {
             "bucket": [int(r[0]) for r in rows],
             "checkpoints": [int(r[1]) for r in rows],
@@ -146,7 +148,7 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
         names = [entry[c] if c in ("synced", "sync_error") else f"c.{c}" for c in columns]
         query = f"SELECT {', '.join(names)} "
         if outbox:
-            query += entry_join(*tables_of(self.store))
+            query += entry_join(self.store)
         else:
             query += f"FROM {sql.table} c"
         params: list[Any] = []
@@ -174,6 +176,34 @@ WHERE t.tkey IS NULL
         for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
             yield columns_of(THREAD_COLUMNS, rows)
 
+    def _lean_thread_columns(self, chunk_size: int) -> Iterator[Columns]:
+        # The totals are one GROUP BY on the walk of the (tkey, seq, created_at, size_bytes)
+        # index: no window and no sort (about half the LAG's statement), joined to the ledger
+        # by thread key as the sweep's read is. The newest row is read (by primary key) only
+        # for a thread the ledger lacks, as a scalar subquery that is not run otherwise (on
+        # 10,000,000 rows, reading every thread's newest row was as long as the rest).
+        ledger = THREAD_COLUMNS[THREAD_COLUMNS.index("owner") :]
+        ledger_cols = ", ".join("l." + name for name in ledger)
+        table, cps = self.store.db.table(threads.name), self.store.sql.table
+        index = self._history_index()  # the index walk
+        newest = f"FROM {cps} c WHERE c.seq = g.newest_seq"
+        query = f"""
+SELECT COALESCE(l.thread_id, (SELECT c.thread_id {newest})), g.n, g.size, g.first_at,
+       g.newest_at, NULL, NULL, CASE WHEN l.tkey IS NULL THEN (SELECT c.run_id {newest}) END,
+       {ledger_cols}
+FROM (
+  SELECT tkey, count(*) AS n, CAST(sum(size_bytes) AS BIGINT) AS size,
+         min(created_at) AS first_at, max(created_at) AS newest_at, max(seq) AS newest_seq
+  FROM {index} GROUP BY tkey
+) AS g
+LEFT JOIN {table} l ON l.tkey = g.tkey
+UNION ALL
+SELECT l.thread_id, 0, 0, NULL, NULL, NULL, NULL, NULL, {ledger_cols}
+FROM {table} l WHERE NOT EXISTS (SELECT 1 FROM {index} WHERE tkey = l.tkey)
+"""  # noqa: S608 - quoted identifiers only, no values
+        for rows in self.store.db.stream("read thread columns", query, [], chunk_size):
+            yield columns_of(THREAD_COLUMNS, rows)
+
     def _thread_totals(self) -> str:
         """Per thread: count, bytes, first and newest time, longest gap, the newest row's status.
 
@@ -184,8 +214,6 @@ WHERE t.tkey IS NULL
         from the newest row, by primary key.
         """
         cps = self.store.sql.table
-        # SQLite would rather scan the table and sort; the covering index is the faster walk.
-        index = f" INDEXED BY {SWEEP_INDEX.name}" if self.store.db.sqlite else ""
         return f"""
   SELECT g.tkey, c.thread_id, g.n, g.size, g.first_at, g.newest_at, g.max_gap,
          c.status, c.run_id
@@ -196,7 +224,7 @@ WHERE t.tkey IS NULL
     FROM (
       SELECT tkey, seq, created_at, size_bytes,
              created_at - LAG(created_at) OVER (PARTITION BY tkey ORDER BY seq) AS gap
-      FROM {cps}{index}
+      FROM {self._history_index()}
     ) AS w
     GROUP BY tkey
   ) AS g JOIN {cps} c ON c.seq = g.newest_seq"""  # noqa: S608
@@ -205,7 +233,7 @@ WHERE t.tkey IS NULL
         catch_up(self.store)
         entry = entry_sql(self.store)
         query = f"SELECT {', '.join(entry[c] for c in OUTBOX_COLUMNS)} "
-        query += entry_join(*tables_of(self.store))
+        query += entry_join(self.store)
         for rows in self.store.db.stream("read outbox columns", query, [], chunk_size):
             yield columns_of(OUTBOX_COLUMNS, rows)
 
