@@ -2,11 +2,13 @@
 
 ``python benchmarks/compare_versions.py OLD_TREE NEW_TREE [--runs 5]`` runs each measurement
 in a fresh process with ``PYTHONPATH`` set to one source tree, then the other, ``--runs`` times
-in alternation (each run swapping which goes first), and prints the median of each with the ratio new/old (throughputs: above 1 is
-faster). Both trees must be checkouts of this repository; only public API both have is used:
-put, latest, history, the drain's fetch and ack, the sweep (plan and delete), and two frames.
-PostgreSQL and Redis are measured when they answer on the test URLs (Redis under a key prefix
-of its own, removed afterwards).
+in alternation (each run swapping which goes first), and prints the median of each with the
+ratio new/old (throughputs: above 1 is faster). Both trees must be checkouts of this
+repository; only public API both have is used: put, latest, history, the drain's fetch and ack,
+delete_thread, the sweep (plan and delete), and two frames. PostgreSQL and Redis are measured
+when they answer on the test URLs (``DURABILITY_TEST_POSTGRES_URL`` and
+``DURABILITY_TEST_REDIS_URL`` as for the tests; Redis under a key prefix of its own, removed
+afterwards).
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import sys
 import tempfile
 import uuid
 
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-REDIS = "redis://127.0.0.1:6379/0"
+#: The test servers' URLs (the test suite's environment variables, when set).
+POSTGRES = os.environ.get(
+    "DURABILITY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS = os.environ.get("DURABILITY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 #: One measurement: runs in a child process, prints {"name": ops per second, ...}.
 CHILD = r"""
@@ -55,6 +60,7 @@ if kind == "store":
             while rows := store.fetch_unsynced_encoded(limit=500):
                 store.mark_sent([(r.thread_id, r.seq) for r in rows])
         out["drain fetch+ack"] = rate(3 * n + 1, drain)
+        out["delete_thread (threads/s)"] = rate(50, lambda: [store.delete_thread(f"t{i}") for i in range(50)])
 elif kind == "sweep":
     from durability.settings import Settings
     from durability.sweep import plan_sweep, sweep
