@@ -184,10 +184,19 @@ def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> li
         "due": t.due_at <= (micros(before) or 0),
     }[which]
     query = sa.select(t.thread_id).where(clause)
-    if which == "empty":
+    if which == "empty" and store.provider == "sqlite":
         # In key order: each probe of the per-thread index lands next to the last (SQLite would
         # walk the ledger in row order and probe at random: 4.9 s of 1,000,000 threads, 0.8 s).
         query = query.order_by(t.tkey)
+    elif which == "empty":
+        # Postgres probes at random too (9.6 s); against the threads of one walk of the
+        # per-thread index, hashed, 7.1 s.
+        held = sa.select(c.tkey).group_by(c.tkey).subquery()
+        query = (
+            sa.select(t.thread_id)
+            .select_from(threads.outerjoin(held, held.c.tkey == t.tkey))
+            .where(held.c.tkey.is_(None))
+        )
     with store.db.read("find ledger records to check") as conn:  # type: ignore[attr-defined]
         return [row[0] for row in conn.execute(query)]
 

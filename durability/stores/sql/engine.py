@@ -319,8 +319,8 @@ class Database:
     ) -> Iterator[list[Any]]:
         """Run one SELECT and yield its rows in chunks, never holding the whole result.
 
-        SQLite reads on this thread's own connection with ``fetchmany``; Postgres through a
-        server-side cursor (``stream_results``) inside a read transaction.
+        SQLite reads on this thread's own connection with ``fetchmany``; Postgres through the
+        driver's server-side (named) cursor inside a read transaction.
         """
         if self._local is not None:
             dbapi_error = self.engine.dialect.loaded_dbapi.Error
@@ -337,12 +337,20 @@ class Database:
             # (compiling a scan of 10,000,000 rows took 1-2 s of CPU, the scan gained less).
             conn.exec_driver_sql(f"SET LOCAL work_mem = '{ANALYSIS_WORK_MEM}'")
             conn.exec_driver_sql("SET LOCAL jit = off")
-            result = conn.execution_options(yield_per=chunk_size).exec_driver_sql(
-                sql, tuple(params)
-            )
-            while batch := result.fetchmany(chunk_size):
-                # Plain tuples: numpy probes each SQLAlchemy Row for array interfaces.
-                yield [tuple(row) for row in batch]
+            # The driver's own server-side cursor: its rows are plain tuples (SQLAlchemy's Row
+            # layer cost more than the statement on 1,000,000 rows, and numpy probes each Row).
+            fairy = conn.connection
+            # Binary rows: the driver parses no text (a fifth of the read of 1,000,000 rows).
+            named = fairy.cursor(name="durability_stream", binary=True)
+            try:
+                named.execute(sql, tuple(params))
+                while batch := named.fetchmany(chunk_size):
+                    yield list(batch)
+            except self.engine.dialect.loaded_dbapi.Error as exc:
+                wrapped = self.driver_error(exc, fairy)
+                raise self.translate(action, wrapped) from wrapped
+            finally:
+                named.close()
 
 
 def check_options(url: str, provider: str, options: Options, single_worker: bool) -> None:
