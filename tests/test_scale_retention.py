@@ -365,8 +365,9 @@ def test_lean_threads_hold_the_ledger_only_and_unledgered_threads(
 
 
 def test_thread_buckets_come_in_code_point_order_of_ids(target: StoreTarget) -> None:
-    """The answer is in thread id order as Python sorts ids (code points), whatever the
-    database's collation: the SQL store sorts it, the others in Python."""
+    """The answer is in thread id order as Python sorts ids (code points): the SQL store sorts
+    it (binary order, Postgres's "C" collation, so not the database's locale), the others in
+    Python."""
     ids = ["b", "B", "a-1", "a", "é", "Z", "_z"]
     with target.open() as store:
         for thread_id in ids:

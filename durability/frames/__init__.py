@@ -40,7 +40,9 @@ the notebooks show.
 Column notes:
 
 * ``threads.max_idle_gap``: the longest time between two consecutive checkpoints of the thread
-  (write order, all namespaces); ``NaT`` with fewer than two. ``status`` is the newest
+  (write order, all namespaces); ``NaT`` with fewer than two. ``threads(store, lean=True)``
+  leaves it out with ``status`` and ``run_id`` (reads of their own in a SQL store);
+  :func:`idle_gaps` measures it for a random sample of a frame's threads. ``status`` is the newest
   checkpoint's; ``run_id`` the ledger's last run start, else the newest checkpoint's run.
   ``lease_holder`` / ``lease_expires_at`` show a lease live at ``now``; ``parked`` is a
   pending park whose deadline is after ``now``. ``unreplicated`` (int64) counts the thread's
