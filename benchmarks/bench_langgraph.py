@@ -233,6 +233,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pg-dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print the section, leave RESULTS.md alone"
+    )
     args = parser.parse_args()
     pairs = {
         "SQLite (durability synchronous=NORMAL, its default)": (
@@ -282,11 +285,9 @@ def main() -> None:
             "```",
             "",
         ]
-    text = "\n".join(section) + "\n"
-    print(text)
-    from _results import write_section
+    from _results import publish
 
-    write_section(HEADING, text)
+    publish(HEADING, "\n".join(section) + "\n", write=not args.no_write)
 
 
 if __name__ == "__main__":
