@@ -459,19 +459,32 @@ class SweepColumns:
         """From ids and rows of :data:`VALUES` (times and spans in microseconds, or ``None``)."""
         import numpy as np
 
+        raw, none = columns_of(cls.VALUES, list(values)), np.iinfo(np.int64).min
+        ints = {k: np.where(v == None, none, v).astype(np.int64) for k, v in raw.items()}  # noqa: E711
+        return cls.of_ints(thread_ids, ints, record)
+
+    @classmethod
+    def of_ints(
+        cls,
+        thread_ids: Sequence[str],
+        values: Mapping[str, Any],
+        record: Callable[[int], ThreadRecord],
+    ) -> SweepColumns:
+        """From ids and int64 columns of :data:`VALUES` (microseconds), int64's minimum where
+        a row has no value (no checkpoints and no bytes, or no time)."""
+        import numpy as np
+
         ids = np.empty(len(thread_ids), dtype=object)
         ids[:] = thread_ids
-        raw = columns_of(cls.VALUES, list(values))
+        none = np.iinfo(np.int64).min
         columns: dict[str, Any] = {"thread_id": ids}
         for name in cls.VALUES:
-            column = raw[name]
+            column = values[name]
             if name in ("checkpoints", "size_bytes"):
-                columns[name] = np.where(column == None, 0, column).astype(np.int64)  # noqa: E711
+                columns[name] = np.where(column == none, 0, column)
                 continue
             unit = "timedelta64[us]" if name.startswith("declared") else "datetime64[us]"
-            missing = column == None  # noqa: E711 - elementwise on an object array
-            as_int = np.where(missing, np.iinfo(np.int64).min, column).astype(np.int64)
-            columns[name] = as_int.view(unit)  # int64's minimum is NaT
+            columns[name] = column.view(unit)  # int64's minimum is NaT
         return cls(columns, record)
 
 

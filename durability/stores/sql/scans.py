@@ -7,7 +7,9 @@ index leaves.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -75,7 +77,15 @@ _LEDGER_FIELDS = (
     "lease",
 )
 
-_Rows = dict[Any, Sequence[Any]]
+#: The sweep's columns read from the ledger, and their places in a ledger row.
+_SWEEP_LEDGER_VALUES = (
+    ("started_at", 4),
+    ("finished_at", 7),
+    ("due_at", 8),
+    ("declared_waiting", 5),
+    ("declared_finished", 6),
+    ("lease_expires_at", 12),
+)
 
 
 class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
@@ -254,47 +264,49 @@ FROM {table} l WHERE NOT EXISTS (SELECT 1 FROM {index} WHERE tkey = l.tkey)
     # ------------------------------------------------------------------ sweep reads
 
     def _sweep_records(self) -> list[ThreadRecord]:
-        ledger, totals, names = self._sweep_rows()
-        records = [_sweep_record(row, totals.get(key)) for key, row in ledger.items()]
-        records += [
-            _sweep_record(None, row, names[row[4]])
-            for key, row in totals.items()
-            if key not in ledger
-        ]
-        return records
+        columns = self._sweep_columns()
+        return [columns.record(i) for i in range(len(columns))]
 
     def _sweep_columns(self) -> SweepColumns:
-        # The same rows as _sweep_records, turned into columns in C; a row's ThreadRecord is
-        # built only when the plan asks for it (building all 100,000 was half a plan).
-        ledger, totals, names = self._sweep_rows()
-        pairs: list[tuple[Sequence[Any] | None, Sequence[Any] | None]] = [
-            (row, totals.get(key)) for key, row in ledger.items()
-        ]
-        pairs += [(None, row) for key, row in totals.items() if key not in ledger]
-        no_ledger: Sequence[Any] = (None,) * len(threads.c)
-        no_totals: Sequence[Any] = (None, 0, 0, None, None)
-        values = []
-        ids = []
-        for lg, t in pairs:
-            (_k, n, size, newest_at, newest_seq), row = t or no_totals, lg or no_ledger
-            values.append((n, size, newest_at, row[4], row[7], row[8], row[5], row[6], row[12]))
-            ids.append(row[1] if lg is not None else names[newest_seq])
+        # The ledger's rows, then the totals of threads it lacks; the columns are taken from the
+        # raw rows and joined in numpy (a loop over 1,000,000 row pairs was seconds), and a
+        # row's ThreadRecord is built only when the plan asks for it.
+        import numpy as np
+
+        ledger, totals, found, names = self._sweep_rows()
+        none = np.iinfo(np.int64).min
+        of_ledger = np.full(len(ledger), -1, dtype=np.int64)  # each ledger row's totals row
+        hit = found >= 0
+        of_ledger[found[hit]] = np.flatnonzero(hit)
+        lone = np.flatnonzero(~hit)  # the totals rows of threads the ledger lacks
+        values: dict[str, Any] = {}
+        for name, k in (("checkpoints", 1), ("size_bytes", 2), ("newest_at", 3)):
+            column = _ints(totals, k)  # and int64's minimum at -1, for ledger rows without totals
+            values[name] = np.concatenate([np.append(column, none)[of_ledger], column[lone]])
+        for name, k in _SWEEP_LEDGER_VALUES:
+            values[name] = np.concatenate([_ints(ledger, k), np.full(len(lone), none)])
+        ids = list(map(itemgetter(1), ledger)) + [names[totals[j][4]] for j in lone]
 
         def record(i: int) -> ThreadRecord:
-            lg, t = pairs[i]
-            return _sweep_record(lg, t, "" if lg is not None else ids[i])
+            if i < len(ledger):
+                j = of_ledger[i]
+                return _sweep_record(ledger[i], totals[j] if j >= 0 else None)
+            return _sweep_record(None, totals[lone[i - len(ledger)]], ids[i])
 
-        return SweepColumns.of(ids, values, record)
+        return SweepColumns.of_ints(ids, values, record)
 
     @reconnecting
-    def _sweep_rows(self) -> tuple[_Rows, _Rows, dict[int, str]]:
-        """The raw ledger rows and totals rows by thread key, and the names of unledgered threads.
+    def _sweep_rows(self) -> tuple[list[Any], list[Any], Any, dict[int, str]]:
+        """The raw ledger rows, the raw totals rows, the ledger row of each totals row (an
+        int64 array, -1 where the ledger lacks the thread), and the names of those threads.
 
         Two statements in one snapshot, on the DBAPI cursor (SQLAlchemy's row layer cost more
         than the queries): per-thread totals from one GROUP BY over the thread index (by
         thread key, the 128-bit hash standing for the id), and the whole ledger. A thread
         with checkpoints but no ledger row takes its id from its newest row.
         """
+        import numpy as np
+
         db = self.store.db
         totals_sql = (
             "SELECT tkey, count(*), sum(size_bytes), max(created_at), max(seq) "  # noqa: S608
@@ -304,12 +316,14 @@ FROM {table} l WHERE NOT EXISTS (SELECT 1 FROM {index} WHERE tkey = l.tkey)
         action = "read the threads for the sweep"
         with db.read(action) as conn, db.cursor(action, conn) as cursor:
             cursor.execute(totals_sql)
-            totals = {row[0]: row for row in cursor.fetchall()}
+            totals = cursor.fetchall()
             cursor.execute(f"SELECT {ledger_columns} FROM {db.table(threads.name)}")  # noqa: S608
-            ledger = {row[0]: row for row in cursor.fetchall()}
-            unnamed = [row[4] for key, row in totals.items() if key not in ledger]
-            names = self._names(cursor, unnamed)
-        return ledger, totals, names
+            ledger = cursor.fetchall()
+            row_of = dict(zip(map(itemgetter(0), ledger), itertools.count()))
+            keys = map(itemgetter(0), totals)
+            found = np.fromiter(map(row_of.get, keys, itertools.repeat(-1)), np.int64, len(totals))
+            names = self._names(cursor, [totals[j][4] for j in np.flatnonzero(found < 0)])
+        return ledger, totals, found, names
 
     def _names(self, cursor: Any, seqs: list[int]) -> dict[int, str]:
         """The thread id of each of these checkpoint rows (by ``seq``).
@@ -418,6 +432,15 @@ def _sqlite_batches(keys: list[str], thread_ids: list[str]) -> Iterator[tuple[st
     for chunk, ids in zip(chunks(keys), chunks(thread_ids), strict=True):
         marks = ", ".join(["?"] * len(chunk))
         yield f"tkey IN ({marks}) AND thread_id IN ({marks})", [*chunk, *ids]
+
+
+def _ints(rows: Sequence[Sequence[Any]], k: int) -> Any:
+    """Field ``k`` of every row as an int64 array, int64's minimum where it is ``None``."""
+    import numpy as np
+
+    column = np.empty(len(rows), dtype=object)
+    column[:] = list(map(itemgetter(k), rows))
+    return np.where(column == None, np.iinfo(np.int64).min, column).astype(np.int64)  # noqa: E711
 
 
 def _sweep_record(
