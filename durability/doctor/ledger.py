@@ -4,7 +4,6 @@ runs that ended, parks past their deadline, finished marks the sweep should have
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 from durability.doctor import reads
@@ -17,9 +16,9 @@ from durability.stores.rows import Select
 Finding = tuple[str | None, list[Any], str]
 
 
-def _records(ctx: Context, which: str, before: datetime | None = None) -> Iterator[ThreadRecord]:
+def _records(ctx: Context, which: str) -> Iterator[ThreadRecord]:
     """The records of the ledger threads ``which`` names (see :func:`reads.ledger_threads`)."""
-    for thread_id in reads.ledger_threads(ctx.store, which, before):
+    for thread_id in reads.ledger_threads(ctx.store, which):
         record = ctx.store.thread(thread_id)
         if record is not None:
             yield record

@@ -78,24 +78,18 @@ def _broken_chain(rows: list[tuple[str, str, str | None, str | None]]) -> list[O
     return broken
 
 
-def ledger_threads(store: Store, which: str, before: datetime | None = None) -> list[str]:
-    """Ids of ledger threads: ``empty`` (a ledger record, no checkpoint), ``leased`` (a lease
-    recorded) or ``due`` (marked finished, due at or before ``before``)."""
+def ledger_threads(store: Store, which: str) -> list[str]:
+    """Ids of ledger threads: ``empty`` (a ledger record, no checkpoint) or ``leased`` (a
+    lease recorded)."""
     if store.provider in SQL_PROVIDERS:
-        return _sql_ledger_threads(store, which, before)
+        return _sql_ledger_threads(store, which)
     import numpy as np
 
     columns = store.scans.sweep_columns().columns
     if which == "empty":
         mask = columns["checkpoints"] == 0
-    elif which == "leased":
-        mask = ~np.isnat(columns["lease_expires_at"])
     else:
-        assert before is not None
-        due = columns["due_at"]
-        mask = ~np.isnat(due) & (
-            due <= np.datetime64(before.astimezone(UTC).replace(tzinfo=None), "us")
-        )
+        mask = ~np.isnat(columns["lease_expires_at"])
     return [str(t) for t in columns["thread_id"][mask]]
 
 
@@ -172,17 +166,15 @@ def holding(store: Store, thread_ids: list[str]) -> set[str]:
     return {t for t in thread_ids if store.has_thread(t)}
 
 
-def _sql_ledger_threads(store: Store, which: str, before: datetime | None) -> list[str]:
+def _sql_ledger_threads(store: Store, which: str) -> list[str]:
     import sqlalchemy as sa
 
-    from durability.stores.sql.schema import checkpoints, micros, threads
+    from durability.stores.sql.schema import checkpoints, threads
 
     t, c = threads.c, checkpoints.c
-    clause = {
-        "empty": ~sa.exists().where(c.tkey == t.tkey),
-        "leased": t.lease_holder.isnot(None),
-        "due": t.due_at <= (micros(before) or 0),
-    }[which]
+    clause = (
+        ~sa.exists().where(c.tkey == t.tkey) if which == "empty" else t.lease_holder.isnot(None)
+    )
     query = sa.select(t.thread_id).where(clause)
     if which == "empty" and store.provider == "sqlite":
         # In key order: each probe of the per-thread index lands next to the last (SQLite would
