@@ -23,13 +23,12 @@ def problems(store: Store, now: datetime | None = None, **options: Any) -> pd.Da
     ``info_limit``, ``sample``, ``thread_count``). An empty frame: the store is whole.
 
     ``attrs["counts"]``: how many findings of each severity, those counted but not listed
-    included; ``attrs["counted"]``: the ``info`` checks whose findings ``info_limit`` cut short,
-    each with how many it found in all (the frame lists the first ``info_limit``); ``attrs["sampled"]``:
-    the checks that read a sample, each ``{"read": n, "of": in the store, "what": "threads"}``
-    (or ``"synced records"``). Both
-    empty when the store was listed and read whole (the default).
+    included; ``attrs["counted"]``: the ``info`` checks whose findings ``info_limit`` cut
+    short, each with how many it found in all (the frame lists the first ``info_limit``);
+    ``attrs["sampled"]``: the checks that read a sample, each ``{"read": n, "of": in the
+    store, "what": "threads"}`` (or ``"synced records"``). Both empty when the store was
+    listed and read whole (the default).
     """
-
     from durability.doctor import SEVERITIES, diagnose
 
     diagnosis = diagnose(store, now=now, **options)
