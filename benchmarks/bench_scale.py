@@ -352,9 +352,10 @@ def main() -> None:
     if args.build_only:
         return
     load = Path("/proc/loadavg").read_text().split()[0]
+    names = [n if n.endswith(".ipynb") else f"{n}.ipynb" for n in args.only or ()]
     rows = [
         _measure(name, url, args.dir / f"run-{stem}", args.timeout)
-        for name in args.only or bundle.NOTEBOOK_NAMES
+        for name in names or bundle.NOTEBOOK_NAMES
     ]
     lines = [
         f"`python benchmarks/bench_scale.py --checkpoints {args.checkpoints} --threads {threads} "
@@ -427,7 +428,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--build-only", action="store_true", help="build (or reuse) the store")
-    parser.add_argument("--only", action="append", help="this notebook only (repeatable)")
+    parser.add_argument(
+        "--only", action="append", help="this notebook only, e.g. plan_retention (repeatable)"
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="nbclient's per-cell limit, s")
     parser.add_argument(
         "--run-one", nargs=3, metavar=("NAME", "URL", "OUT"), help=argparse.SUPPRESS
