@@ -315,12 +315,14 @@ class Database:
             cursor.close()
 
     def stream(
-        self, action: str, sql: str, params: Sequence[Any], chunk_size: int
+        self, action: str, sql: str, params: Sequence[Any], chunk_size: int, *, whole: bool = True
     ) -> Iterator[list[Any]]:
         """Run one SELECT and yield its rows in chunks, never holding the whole result.
 
         SQLite reads on this thread's own connection with ``fetchmany``; Postgres through the
-        driver's server-side (named) cursor inside a read transaction.
+        driver's server-side (named) cursor inside a read transaction. ``whole=False`` (a
+        read of one thread's rows): Postgres reads them on a plain cursor, with none of a
+        whole-store read's settings — each is a round trip, and a sample reads many threads.
         """
         if self._local is not None:
             dbapi_error = self.engine.dialect.loaded_dbapi.Error
@@ -331,6 +333,12 @@ class Database:
             except dbapi_error as exc:
                 wrapped = self.driver_error(exc, None)
                 raise self.translate(action, wrapped) from wrapped
+            return
+        if not whole:
+            with self.read(action) as conn, self.cursor(action, conn) as cursor:
+                cursor.execute(sql, tuple(params))
+                while rows := cursor.fetchmany(chunk_size):
+                    yield rows
             return
         with self.read(action) as conn:
             # Room to sort and hash a large store in memory, for this transaction only; no JIT

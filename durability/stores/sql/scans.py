@@ -165,7 +165,10 @@ class SQLScans(SQLWriteHistory, SQLAggregates, Scans):
         if thread_id is not None:
             query += f" WHERE c.tkey = {db.mark} AND c.thread_id = {db.mark}"
             params = [thread_key(thread_id), thread_id]
-        for rows in db.stream("read checkpoint columns", query, params, chunk_size):
+        rows_of = db.stream(
+            "read checkpoint columns", query, params, chunk_size, whole=thread_id is None
+        )
+        for rows in rows_of:
             yield columns_of(columns, rows)
 
     def _thread_columns(self, chunk_size: int) -> Iterator[Columns]:
