@@ -302,10 +302,11 @@ class Database:
             yield conn
 
     @contextmanager
-    def cursor(self, action: str, conn: SAConnection) -> Iterator[Any]:
-        """The DBAPI cursor of ``conn``'s transaction; driver errors mapped like every other's."""
+    def cursor(self, action: str, conn: SAConnection, **options: Any) -> Iterator[Any]:
+        """The DBAPI cursor of ``conn``'s transaction (``options`` go to the driver's
+        ``cursor()``); driver errors mapped like every other's."""
         fairy = conn.connection
-        cursor = fairy.cursor()
+        cursor = fairy.cursor(**options)
         try:
             yield cursor
         except self.engine.dialect.loaded_dbapi.Error as exc:
@@ -325,40 +326,29 @@ class Database:
         whole-store read's settings — each is a round trip, and a sample reads many threads.
         """
         if self._local is not None:
-            dbapi_error = self.engine.dialect.loaded_dbapi.Error
             try:
                 cursor = self._local_connection().execute(sql, tuple(params))
                 while rows := cursor.fetchmany(chunk_size):
                     yield rows
-            except dbapi_error as exc:
+            except sqlite3.Error as exc:
                 wrapped = self.driver_error(exc, None)
                 raise self.translate(action, wrapped) from wrapped
             return
-        if not whole:
-            with self.read(action) as conn, self.cursor(action, conn) as cursor:
+        with self.read(action) as conn:
+            options: dict[str, Any] = {}
+            if whole:
+                # Room to sort and hash a large store in memory, for this transaction only; no
+                # JIT (compiling a scan of 10,000,000 rows took 1-2 s of CPU, the scan gained
+                # less); the driver's own server-side cursor, its rows plain tuples (SQLAlchemy's
+                # Row layer cost more than the statement on 1,000,000 rows, and numpy probes
+                # each Row) in binary (the driver parses no text: a fifth of such a read).
+                conn.exec_driver_sql(f"SET LOCAL work_mem = '{ANALYSIS_WORK_MEM}'")
+                conn.exec_driver_sql("SET LOCAL jit = off")
+                options = {"name": "durability_stream", "binary": True}
+            with self.cursor(action, conn, **options) as cursor:
                 cursor.execute(sql, tuple(params))
                 while rows := cursor.fetchmany(chunk_size):
-                    yield rows
-            return
-        with self.read(action) as conn:
-            # Room to sort and hash a large store in memory, for this transaction only; no JIT
-            # (compiling a scan of 10,000,000 rows took 1-2 s of CPU, the scan gained less).
-            conn.exec_driver_sql(f"SET LOCAL work_mem = '{ANALYSIS_WORK_MEM}'")
-            conn.exec_driver_sql("SET LOCAL jit = off")
-            # The driver's own server-side cursor: its rows are plain tuples (SQLAlchemy's Row
-            # layer cost more than the statement on 1,000,000 rows, and numpy probes each Row).
-            fairy = conn.connection
-            # Binary rows: the driver parses no text (a fifth of the read of 1,000,000 rows).
-            named = fairy.cursor(name="durability_stream", binary=True)
-            try:
-                named.execute(sql, tuple(params))
-                while batch := named.fetchmany(chunk_size):
-                    yield list(batch)
-            except self.engine.dialect.loaded_dbapi.Error as exc:
-                wrapped = self.driver_error(exc, fairy)
-                raise self.translate(action, wrapped) from wrapped
-            finally:
-                named.close()
+                    yield list(rows)
 
 
 def check_options(url: str, provider: str, options: Options, single_worker: bool) -> None:
